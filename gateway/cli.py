@@ -1,0 +1,145 @@
+"""Command line: `gateway serve`, `gateway check-config`, `gateway simulate`."""
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import ssl
+import sys
+
+from aiohttp import web
+
+from gateway.config import Config, ConfigError, embedded_default, load_config
+
+log = logging.getLogger("gateway")
+
+
+def _load(path: str | None) -> Config:
+    path = path or os.environ.get("GATEWAY_CONFIG")
+    return load_config(path) if path else embedded_default()
+
+
+def _config_failed(e: ConfigError) -> int:
+    for line in e.lines:
+        print(f"config error: {line}", file=sys.stderr)
+    return 2
+
+
+async def _run(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
+    await site.start()
+    scheme = "https" if ssl_context else "http"
+    bound = runner.addresses[0][1] if runner.addresses else port
+    log.info("listening on %s://%s:%s", scheme, host, bound)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _listen_ssl(config: Config) -> ssl.SSLContext | None:
+    tls = config.listen.tls
+    if tls is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca:
+        ctx.load_verify_locations(tls.client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args.config)
+    except ConfigError as e:
+        return _config_failed(e)
+    from gateway.app import create_app
+
+    host = args.host or config.listen.host
+    port = args.port if args.port is not None else config.listen.port
+    try:
+        asyncio.run(_run(create_app(config), host, port, _listen_ssl(config)))
+    except OSError as e:
+        print(f"cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file)
+    except ConfigError as e:
+        return _config_failed(e)
+    from gateway.dialects import route_paths
+
+    paths = route_paths(config)
+    rows = [("ROUTE", "INBOUND", "PATHS", "BACKEND", "OUTBOUND")]
+    for r in config.routes:
+        b = config.backends[r.backend]
+        shown = ", ".join(f"{m} {p}" for m, p in paths[r.name])
+        models = f" (models: {', '.join(r.models)})" if r.models else ""
+        rows.append((r.name, r.dialect, shown + models, r.backend, b.dialect))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from gateway import dialects
+    from gateway.simulator.server import create_sim_app
+
+    if args.dialect not in dialects.available():
+        print(f"unknown dialect {args.dialect!r}; available: {', '.join(dialects.available())}", file=sys.stderr)
+        return 2
+    app = create_sim_app(args.dialect, args.model, args.token_delay_ms / 1000.0)
+    try:
+        asyncio.run(_run(app, args.host, args.port))
+    except OSError as e:
+        print(f"cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gateway", description="LLM protocol gateway")
+    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the gateway")
+    s.add_argument("--config", help="config file (default: $GATEWAY_CONFIG, else the embedded default)")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.set_defaults(func=cmd_serve)
+
+    c = sub.add_parser("check-config", help="validate a config file and print its routes")
+    c.add_argument("file")
+    c.set_defaults(func=cmd_check_config)
+
+    m = sub.add_parser("simulate", help="run a simulated inference server")
+    m.add_argument("--dialect", required=True)
+    m.add_argument("--host", default="127.0.0.1")
+    m.add_argument("--port", type=int, default=8000)
+    m.add_argument("--model", help="serve only this model name (default: accept any)")
+    m.add_argument("--token-delay-ms", type=float, default=0.0, help="pause before each streamed token")
+    m.set_defaults(func=cmd_simulate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

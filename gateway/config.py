@@ -1,0 +1,236 @@
+"""The config file: pydantic models, `${VAR}` expansion, loading, and one-line error messages.
+
+The shape is the contract in DESIGN.md §1. Dialect-specific `options` are validated by the
+dialect's own options model (see gateway.dialects), so an unknown option is a config error.
+"""
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DIALECT_NAMES = ("openai", "mindie", "tgi", "triton", "databricks")
+DialectName = Literal["openai", "mindie", "tgi", "triton", "databricks"]
+
+
+class ConfigError(Exception):
+    """A config problem; `lines` are `key.path: problem` messages, one per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TLSListen(_Strict):
+    cert: str
+    key: str
+    client_ca: str | None = None  # set to require client certificates (mutual TLS)
+
+
+class Listen(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    tls: TLSListen | None = None
+
+
+class Auth(_Strict):
+    api_keys_env: str | None = None
+    api_keys: list[str] | None = None
+
+    def keys(self) -> frozenset[str]:
+        keys = set(self.api_keys or ())
+        if self.api_keys_env:
+            keys.update(k.strip() for k in os.environ.get(self.api_keys_env, "").split(",") if k.strip())
+        return frozenset(keys)
+
+
+class Limits(_Strict):
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    max_concurrent_requests: int = Field(1024, gt=0)
+
+
+class Metrics(_Strict):
+    path: str = "/metrics"
+    port: int | None = Field(None, ge=0, le=65535)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must start with /")
+        return v
+
+
+class BackendTLS(_Strict):
+    """Upstream TLS: a CA bundle to trust, and a client certificate for mutual TLS (MindIE)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    verify: bool = True
+
+
+class Backend(_Strict):
+    dialect: DialectName
+    url: str | None = None
+    urls: list[str] | None = None
+    simulate: bool = False
+    model: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(600.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    tokenizer: str | None = None
+    tls: BackendTLS | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "Backend":
+        given = [k for k in ("url", "urls", "simulate") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("exactly one of url, urls, simulate must be set")
+        for u in self.targets():
+            if not re.match(r"^https?://[^/\s]+", u):
+                raise ValueError(f"not an http(s) URL: {u!r}")
+        return self
+
+    def targets(self) -> list[str]:
+        if self.url:
+            return [self.url]
+        return list(self.urls or [])
+
+
+class Route(_Strict):
+    name: str = Field(min_length=1)
+    dialect: DialectName
+    backend: str
+    models: list[str] | None = None
+    prefix: str = ""
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if v and (not v.startswith("/") or v.endswith("/")):
+            raise ValueError("must start with / and not end with /")
+        return v
+
+
+class Config(_Strict):
+    listen: Listen = Field(default_factory=Listen)
+    auth: Auth | None = None
+    limits: Limits = Field(default_factory=Limits)
+    metrics: Metrics = Field(default_factory=Metrics)
+    backends: dict[str, Backend]
+    routes: list[Route]
+
+    @model_validator(mode="after")
+    def _references(self) -> "Config":
+        problems: list[str] = []
+        seen: set[str] = set()
+        for i, r in enumerate(self.routes):
+            if r.backend not in self.backends:
+                problems.append(f"routes.{i}.backend: unknown backend {r.backend!r}")
+            if r.name in seen:
+                problems.append(f"routes.{i}.name: duplicate route name {r.name!r}")
+            seen.add(r.name)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any, path: str, missing: list[str]) -> Any:
+    """Replace `${VAR}` (or `${VAR:-default}`) in every string of the tree."""
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            missing.append(f"{path}: environment variable {name} is not set")
+            return ""
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{path}.{k}" if path else str(k), missing) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{path}.{i}", missing) for i, v in enumerate(value)]
+    return value
+
+
+def _format(err: ValidationError) -> list[str]:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        # Cross-reference checks already carry their own key paths.
+        if e["type"] == "value_error" and re.match(r"^routes\.\d+\.", msg):
+            lines.extend(msg.split("; "))
+        else:
+            lines.append(f"{loc}: {msg}")
+    return lines
+
+
+def parse_config(data: Any) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): must be a mapping"])
+    missing: list[str] = []
+    data = expand_env(data, "", missing)
+    if missing:
+        raise ConfigError(missing)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format(e)) from None
+    # Imported here: the dialect registry imports codecs, which import this module's models.
+    from gateway.dialects import check_options, path_collisions
+
+    problems = check_options(config) + path_collisions(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError([f"{path}: not valid YAML{where}: {problem}"]) from None
+    return parse_config(data)
+
+
+def embedded_default() -> Config:
+    """The config used when none is given: every dialect mounted, each on a simulated backend.
+
+    OpenAI and MindIE share /v1/chat/completions, so MindIE's routes sit under /mindie.
+    """
+    backends: dict[str, Any] = {}
+    routes: list[dict[str, Any]] = []
+    from gateway.dialects import available
+
+    for name in available():
+        backends[f"sim-{name}"] = {"dialect": name, "simulate": True, "model": "sim-model"}
+        route: dict[str, Any] = {"name": name, "dialect": name, "backend": f"sim-{name}"}
+        if name == "mindie":
+            route["prefix"] = "/mindie"
+        routes.append(route)
+    return parse_config({"listen": {"host": "127.0.0.1", "port": 8080}, "backends": backends, "routes": routes})

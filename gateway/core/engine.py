@@ -1,0 +1,221 @@
+"""Engines produce answers for a route: the proxy engine asks a backend over HTTP.
+
+An engine turns a neutral request into a `Result` or an `EventStream` of neutral events. The
+proxy engine applies the parameter policy, has the outbound codec build the upstream call, sends
+it (failing over between replicas on connect errors), and maps every transport fault to an
+`UpstreamError` of the right class. It never writes to the client.
+"""
+
+import time
+from typing import TYPE_CHECKING, Protocol
+
+import aiohttp
+
+from gateway import jsonutil
+from gateway.core.errors import (
+    GatewayError,
+    UpstreamClass,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamTimeout,
+    upstream_status_error,
+)
+from gateway.core.params import apply_policy
+from gateway.core.routing import Backend
+from gateway.core.types import EmbeddingResult, Event, Request, Result
+from gateway.dialects.base import StreamParser, UpstreamCall
+
+if TYPE_CHECKING:
+    from gateway.core.exchange import Exchange
+
+MAX_ERROR_BODY = 64 * 1024
+# Headers a client may send that must never reach a backend: credentials belong to each side,
+# and MindIE reads these to steer its scheduler.
+_HOP = ("authorization", "req-id", "req-type", "d-target", "is-recompute")
+
+
+class EventStream(Protocol):
+    async def next(self) -> list[Event] | None:
+        """The next batch of events; None at the end. Raises GatewayError on a fault."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Engine(Protocol):
+    async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult: ...
+
+    async def open_stream(self, req: Request, ex: "Exchange") -> EventStream: ...
+
+    @property
+    def passthrough_dialect(self) -> str | None:
+        """The dialect whose bodies this engine can hand to clients as they are, if any."""
+        ...
+
+
+def _malformed(backend: Backend, what: str) -> UpstreamError:
+    return UpstreamError(f"backend {backend.name!r} sent a malformed {what}", upstream_class=UpstreamClass.PROTOCOL)
+
+
+class ProxyEngine:
+    def __init__(self, backend: Backend, session: "SessionRef") -> None:
+        self.backend = backend
+        self.codec = backend.dialect.outbound
+        self._session = session
+
+    @property
+    def passthrough_dialect(self) -> str | None:
+        return self.backend.conf.dialect
+
+    def _prepare(self, req: Request) -> UpstreamCall:
+        if req.inbound != self.backend.conf.dialect:
+            req.dropped = apply_policy(
+                req, self.codec.fates(self.backend, req), self.backend.name, self.backend.conf.dialect
+            )
+        call = self.codec.build(req, self.backend)
+        call.headers.setdefault("X-Request-Id", req.request_id)
+        return call
+
+    async def _send(self, call: UpstreamCall, ex: "Exchange") -> aiohttp.ClientResponse:
+        b = self.backend
+        headers = {**b.headers, **call.headers}
+        if call.body is not None:
+            headers.setdefault("Content-Type", "application/json")
+        if call.stream:
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=b.conf.connect_timeout_s, sock_read=b.conf.timeout_s
+            )
+        else:
+            timeout = aiohttp.ClientTimeout(total=b.conf.timeout_s, sock_connect=b.conf.connect_timeout_s)
+        last: Exception | None = None
+        ex.upstream_start = time.perf_counter()
+        for url in b.replicas():
+            try:
+                resp = await self._session.get().request(
+                    call.method,
+                    url + call.path,
+                    data=call.body,
+                    headers=headers,
+                    timeout=timeout,
+                    ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
+                )
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as e:
+                last = e
+                continue
+            except (TimeoutError, aiohttp.ServerTimeoutError):
+                raise UpstreamTimeout(f"backend {b.name!r} did not answer within {b.conf.timeout_s:g}s") from None
+            except aiohttp.ClientError as e:
+                raise UpstreamConnectError(f"backend {b.name!r} failed: {type(e).__name__}") from None
+            if resp.status >= 400:
+                try:
+                    body = await resp.content.read(MAX_ERROR_BODY)
+                except (TimeoutError, aiohttp.ClientError):
+                    body = b""
+                finally:
+                    resp.release()
+                raise upstream_status_error(resp.status, self.codec.error_message(resp.status, body), b.name)
+            return resp
+        raise UpstreamConnectError(
+            f"backend {b.name!r} is unreachable ({type(last).__name__ if last else 'no replicas'})"
+        )
+
+    async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult:
+        call = self._prepare(req)
+        try:
+            resp = await self._send(call, ex)
+            try:
+                body = await resp.read()
+            except (TimeoutError, aiohttp.ServerTimeoutError):
+                raise UpstreamTimeout(
+                    f"backend {self.backend.name!r} did not answer within {self.backend.conf.timeout_s:g}s"
+                ) from None
+            except aiohttp.ClientError:
+                raise UpstreamError(
+                    f"backend {self.backend.name!r} closed the connection mid-response",
+                    upstream_class=UpstreamClass.PROTOCOL,
+                ) from None
+            finally:
+                resp.release()
+        finally:
+            ex.upstream_done()
+        try:
+            result = self.codec.parse_result(call, body)
+        except GatewayError:
+            raise
+        except (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            raise _malformed(self.backend, "response") from None
+        if call.passthrough and req.inbound == self.backend.conf.dialect:
+            result.passthrough = body
+        return result
+
+    async def open_stream(self, req: Request, ex: "Exchange") -> EventStream:
+        call = self._prepare(req)
+        try:
+            resp = await self._send(call, ex)
+        except BaseException:
+            ex.upstream_done()
+            raise
+        return _ProxyStream(self.backend, resp, self.codec.stream_parser(call), ex)
+
+
+class _ProxyStream:
+    __slots__ = ("_backend", "_done", "_ex", "_parser", "_resp")
+
+    def __init__(self, backend: Backend, resp: aiohttp.ClientResponse, parser: StreamParser, ex: "Exchange") -> None:
+        self._backend = backend
+        self._resp = resp
+        self._parser = parser
+        self._ex = ex
+        self._done = False
+
+    async def next(self) -> list[Event] | None:
+        if self._done:
+            return None
+        content = self._resp.content
+        try:
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    self._done = True
+                    self._ex.upstream_done()
+                    return self._parser.close() or None
+                events = self._parser.feed(chunk)
+                if events:
+                    return events
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise UpstreamTimeout(
+                f"backend {self._backend.name!r} sent nothing for {self._backend.conf.timeout_s:g}s",
+                upstream_class=UpstreamClass.MIDSTREAM,
+            ) from None
+        except aiohttp.ClientError:
+            raise UpstreamError(
+                f"backend {self._backend.name!r} broke off the stream", upstream_class=UpstreamClass.MIDSTREAM
+            ) from None
+        except GatewayError:
+            raise
+        except (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            raise UpstreamError(
+                f"backend {self._backend.name!r} sent a malformed stream event", upstream_class=UpstreamClass.MIDSTREAM
+            ) from None
+
+    async def aclose(self) -> None:
+        if self._done:
+            self._resp.release()
+            return
+        self._done = True
+        self._ex.upstream_done()
+        # close(), not release(): an unfinished upstream stream must be cut, so the backend stops.
+        self._resp.close()
+
+
+class SessionRef:
+    """The app's one ClientSession, created in cleanup_ctx after the engines are built."""
+
+    __slots__ = ("session",)
+
+    def __init__(self) -> None:
+        self.session: aiohttp.ClientSession | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        assert self.session is not None, "client session used before app startup"
+        return self.session

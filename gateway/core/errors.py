@@ -1,0 +1,145 @@
+"""The gateway's one error tree. Each error knows its kind and the status it stands for.
+
+Inbound dialects turn these into their own error bodies (and may pick a different status for a
+kind, as MindIE does with 422 for validation); nothing else builds client-facing errors.
+"""
+
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    VALIDATION = "validation"
+    AUTH = "auth"
+    PERMISSION = "permission"
+    NOT_FOUND = "not_found"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED = "unsupported"  # a capability gap the gateway cannot bridge with this config
+    RATE_LIMIT = "rate_limit"
+    OVERLOADED = "overloaded"
+    UPSTREAM = "upstream"
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+class UpstreamClass(StrEnum):
+    """Label values of gateway_upstream_errors_total{error}."""
+
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    STATUS_4XX = "status_4xx"
+    STATUS_5XX = "status_5xx"
+    PROTOCOL = "protocol"
+    MIDSTREAM = "midstream"
+
+
+class GatewayError(Exception):
+    status = 500
+    kind = Kind.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        if status is not None:
+            self.status = status
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    kind = Kind.VALIDATION
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    kind = Kind.AUTH
+
+
+class NotFound(GatewayError):
+    status = 404
+    kind = Kind.NOT_FOUND
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    kind = Kind.TOO_LARGE
+
+
+class Unsupported(GatewayError):
+    """The request needs something this route's backend cannot do as configured."""
+
+    status = 400
+    kind = Kind.UNSUPPORTED
+
+
+class Overloaded(GatewayError):
+    status = 503
+    kind = Kind.OVERLOADED
+
+
+class UpstreamError(GatewayError):
+    """The backend failed. `upstream_class` labels the metric; the message is safe to show."""
+
+    status = 502
+    kind = Kind.UPSTREAM
+    upstream_class = UpstreamClass.PROTOCOL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_class: UpstreamClass | None = None,
+        status: int | None = None,
+        kind: Kind | None = None,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, code=code, param=param)
+        if upstream_class is not None:
+            self.upstream_class = upstream_class
+        if kind is not None:
+            self.kind = kind
+
+
+class UpstreamConnectError(UpstreamError):
+    upstream_class = UpstreamClass.CONNECT
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    kind = Kind.TIMEOUT
+    upstream_class = UpstreamClass.TIMEOUT
+
+
+def upstream_status_error(status: int, message: str, backend: str) -> UpstreamError:
+    """Map an upstream error status to what the client should see.
+
+    Client-side faults the backend detected (bad parameters, unknown model, too long, rate
+    limited) keep their status and reach the client; credentials the gateway holds for the
+    backend are the operator's problem, so 401/403 become 502; 5xx keep the upstream's status.
+    """
+    text = f"backend {backend!r} answered {status}: {message}"
+    cls = UpstreamClass.STATUS_5XX if status >= 500 else UpstreamClass.STATUS_4XX
+    if status in (400, 422):
+        return UpstreamError(text, upstream_class=cls, status=400, kind=Kind.VALIDATION)
+    if status == 404:
+        return UpstreamError(text, upstream_class=cls, status=404, kind=Kind.NOT_FOUND)
+    if status == 413:
+        return UpstreamError(text, upstream_class=cls, status=413, kind=Kind.TOO_LARGE)
+    if status == 429:
+        return UpstreamError(text, upstream_class=cls, status=429, kind=Kind.RATE_LIMIT)
+    if status in (408, 504):
+        return UpstreamError(text, upstream_class=cls, status=504, kind=Kind.TIMEOUT)
+    if status == 503:
+        return UpstreamError(text, upstream_class=cls, status=503, kind=Kind.UNAVAILABLE)
+    if status >= 500:
+        return UpstreamError(text, upstream_class=cls, status=status, kind=Kind.UPSTREAM)
+    return UpstreamError(text, upstream_class=cls, status=502, kind=Kind.UPSTREAM)

@@ -1,0 +1,40 @@
+"""Edge validation shared by every inbound dialect: JSON body to dict, dict to wire model."""
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from gateway import jsonutil
+from gateway.core.errors import InvalidRequest
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_object(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        raise InvalidRequest("The request body is empty; expected a JSON object", code="invalid_json")
+    try:
+        data = jsonutil.loads(body)
+    except jsonutil.JSONDecodeError as e:
+        raise InvalidRequest(f"The request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
+    return data
+
+
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
+        msg = err["msg"].removeprefix("Value error, ")
+        more = f" (and {len(e.errors()) - 1} more problems)" if len(e.errors()) > 1 else ""
+        text = f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
+        raise InvalidRequest(text, param=loc or None, code="invalid_value") from None
+
+
+def _is_union_tag(p: object) -> bool:
+    # pydantic names union members in error locations ("list[str]", "function-after[...]");
+    # they mean nothing to a client.
+    return isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "list", "dict"))

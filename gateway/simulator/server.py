@@ -1,0 +1,32 @@
+"""`create_sim_app(dialect)`: a simulated inference server speaking one dialect.
+
+The dialect's inbound codec serves it, exactly as it serves gateway clients, with the fake model
+as the engine behind it; so the simulator's wire format is the gateway's own rendering of that
+dialect, held to the same fixtures.
+"""
+
+from aiohttp import web
+
+from gateway import dialects
+from gateway.config import Backend as BackendConf
+from gateway.core.exchange import SERVICES, Services
+from gateway.core.routing import Backend, Route, RouteGroup
+from gateway.metrics import Metrics
+from gateway.simulator.engine import SimEngine
+
+
+def create_sim_app(dialect: str, model: str | None = None, token_delay_s: float = 0.0) -> web.Application:
+    d = dialects.get(dialect)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[SERVICES] = Services(metrics=Metrics(), api_keys=None, max_body_bytes=64 * 1024 * 1024, max_concurrent=1 << 30)
+    conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model")
+    backend = Backend("simulator", conf, d, d.outbound.options_model(), [], {})
+    route = Route("simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s))
+    d.inbound.mount(app.router, "", RouteGroup(dialect, "", [route]))
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    if not any(r.resource is not None and r.resource.canonical == "/health" for r in app.router.routes()):
+        app.router.add_get("/health", health)
+    return app

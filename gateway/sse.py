@@ -1,0 +1,115 @@
+"""Sans-IO Server-Sent Events: a decoder fed raw bytes that yields events, and byte encoders.
+
+The decoder follows the WHATWG event-stream rules: lines end with CRLF, CR or LF; a field name
+is separated from its value by a colon and at most one space; lines starting with a colon are
+comments; a blank line dispatches the event. Bytes are kept until a whole line has arrived, so
+an event or a UTF-8 character split across reads decodes the same as if it came in one piece.
+"""
+
+from dataclasses import dataclass
+
+DONE = b"[DONE]"
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    data: bytes
+    event: str = ""
+    id: str | None = None
+
+
+class SSEDecoder:
+    """Feed bytes, get complete events; lines that are not SSE fields land in `stray`.
+
+    Some servers (MindIE on a mid-stream timeout) write raw text into an event stream; a caller
+    that cares reads `stray` after each feed: such lines are reported there instead of dropped.
+    """
+
+    __slots__ = ("_buf", "_data", "_event", "_has_data", "_id", "_pending_cr", "stray")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._data: list[bytes] = []
+        self._has_data = False
+        self._event = ""
+        self._id: str | None = None
+        self._pending_cr = False
+        self.stray: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if not chunk:
+            return []
+        buf = self._buf
+        if self._pending_cr:
+            # A CR ended the previous read; an LF right after it belongs to the same line ending.
+            self._pending_cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        buf += chunk
+        if b"\r" in buf:
+            # Normalise CRLF and lone CR to LF, but keep a trailing CR until we see what follows it.
+            if buf.endswith(b"\r"):
+                self._pending_cr = True
+                body = bytes(buf[:-1]).replace(b"\r\n", b"\n").replace(b"\r", b"\n") + b"\n"
+            else:
+                body = bytes(buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        else:
+            body = bytes(buf)
+        end = body.rfind(b"\n")
+        if end < 0:
+            self._buf = bytearray(body)
+            return []
+        self._buf = bytearray(body[end + 1 :])
+        events: list[SSEEvent] = []
+        for line in body[:end].split(b"\n"):
+            self._line(line, events)
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: a final event without its blank line is discarded, per the spec."""
+        events: list[SSEEvent] = []
+        if self._buf:
+            line = bytes(self._buf)
+            self._buf = bytearray()
+            self._line(line, events)
+        return events
+
+    def _line(self, line: bytes, events: list[SSEEvent]) -> None:
+        if not line:
+            if self._has_data:
+                data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+                events.append(SSEEvent(data, self._event, self._id))
+            self._data = []
+            self._has_data = False
+            self._event = ""
+            return
+        if line[0] == 0x3A:  # ":" comment or keep-alive
+            return
+        colon = line.find(b":")
+        if colon < 0:
+            name, value = line, b""
+        else:
+            name = line[:colon]
+            value = line[colon + 1 :]
+            if value[:1] == b" ":
+                value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+            self._has_data = True
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\0" not in value:
+                self._id = value.decode("utf-8", "replace")
+        elif name == b"retry":
+            pass
+        else:
+            self.stray.append(line)
+
+
+def encode_data(payload: bytes, space: bool = True) -> bytes:
+    """One `data:` event; `payload` must not contain newlines (JSON from orjson never does)."""
+    return (b"data: " if space else b"data:") + payload + b"\n\n"
+
+
+DONE_FRAME = b"data: [DONE]\n\n"
