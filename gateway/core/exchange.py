@@ -8,6 +8,7 @@ cancellation), which closes the upstream connection on the way out.
 """
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from gateway.core.types import Event, ReasoningDelta, Request, TextDelta, ToolCa
 from gateway.dialects.base import Endpoint, Inbound, RenderContext
 from gateway.metrics import Metrics
 
+log = logging.getLogger("gateway")
 REQUEST_ID = "X-Request-Id"
 _TOKEN_EVENTS = (TextDelta, ToolCallDelta, ReasoningDelta)
 
@@ -198,6 +200,10 @@ async def _stream(
             if isinstance(e, UpstreamError):
                 ex.upstream_error = e.upstream_class.value
             tail = renderer.error(e) + renderer.end()
+        except Exception:
+            # A bug must not leave the client hanging on a half-written stream.
+            log.exception("unhandled error while streaming %s", request.path)
+            tail = renderer.error(GatewayError("internal gateway error")) + renderer.end()
         if tail:
             await resp.write(tail)
         await resp.write_eof()

@@ -1,0 +1,119 @@
+"""Test support: a scriptable fake upstream that records what it receives, and SSE helpers.
+
+The fake upstream is a real aiohttp server on loopback. Each test sets `upstream.reply` to a
+coroutine that answers one request (helpers below build the usual ones), then asserts on
+`upstream.requests`, the exact requests the gateway sent.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from gateway import jsonutil
+from gateway.sse import SSEDecoder
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return jsonutil.loads(self.body)
+
+
+Reply = Callable[[web.Request, Recorded], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class FakeUpstream:
+    requests: list[Recorded] = field(default_factory=list)
+    reply: Reply | None = None
+    url: str = ""
+    # Set when a streaming reply notices the gateway closed the connection.
+    disconnected: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        rec = Recorded(request.method, request.path, request.query_string, dict(request.headers), await request.read())
+        self.requests.append(rec)
+        if self.reply is None:
+            return web.json_response({"error": "no reply scripted"}, status=500)
+        return await self.reply(request, rec)
+
+    @property
+    def last(self) -> Recorded:
+        return self.requests[-1]
+
+
+def json_reply(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
+    async def reply(request: web.Request, rec: Recorded) -> web.StreamResponse:
+        return web.Response(body=jsonutil.dumps(obj), status=status, content_type="application/json", headers=headers)
+
+    return reply
+
+
+def raw_reply(body: bytes, status: int = 200, content_type: str = "application/json") -> Reply:
+    async def reply(request: web.Request, rec: Recorded) -> web.StreamResponse:
+        return web.Response(body=body, status=status, content_type=content_type)
+
+    return reply
+
+
+def sse_reply(
+    frames: list[bytes],
+    delay: float = 0.0,
+    content_type: str = "text/event-stream",
+    hang: bool = False,
+    upstream: FakeUpstream | None = None,
+) -> Reply:
+    """Write each frame (raw bytes, framing included) as its own chunk.
+
+    `hang=True` keeps the stream open afterwards until the peer goes away, and then sets
+    `upstream.disconnected`; use it to prove that a client disconnect reaches the backend.
+    """
+
+    async def reply(request: web.Request, rec: Recorded) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.content_type = content_type
+        await resp.prepare(request)
+        try:
+            for f in frames:
+                await resp.write(f)
+                if delay:
+                    await asyncio.sleep(delay)
+            if hang:
+                while True:
+                    await asyncio.sleep(0.05)
+                    await resp.write(b": keep-alive\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            if upstream is not None:
+                upstream.disconnected.set()
+            raise
+        await resp.write_eof()
+        return resp
+
+    return reply
+
+
+def sse_payloads(body: bytes) -> list[bytes]:
+    """The `data` of every event in an SSE body."""
+    d = SSEDecoder()
+    events = d.feed(body) + d.close()
+    return [e.data for e in events]
+
+
+def sse_json(body: bytes) -> list[Any]:
+    """Every event's data parsed as JSON ([DONE] kept as the string "[DONE]")."""
+    return ["[DONE]" if p == b"[DONE]" else jsonutil.loads(p) for p in sse_payloads(body)]
