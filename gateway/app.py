@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway import dialects
 from gateway.config import Backend as BackendConf
@@ -18,7 +17,8 @@ from gateway.core.engine import ProxyEngine, SessionRef
 from gateway.core.exchange import SERVICES, Services
 from gateway.core.routing import Backend, Route, RouteGroup, make_ssl
 from gateway.health import READINESS, Readiness, healthz, readyz
-from gateway.metrics import Metrics
+from gateway.logs import REDACT, install_redaction, secret_header_values
+from gateway.metrics import CONTENT_TYPE, Metrics, multiprocess_dir
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -51,6 +51,11 @@ async def plain_errors(request: web.Request, handler: Handler) -> web.StreamResp
 def create_app(config: Config) -> web.Application:
     app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[plain_errors])
     metrics = Metrics()
+    # Secrets are known from here on: scrub them from every log record, whoever logs it.
+    install_redaction()
+    REDACT.add(config.auth.keys() if config.auth else ())
+    for conf in config.backends.values():
+        REDACT.add(secret_header_values(conf.headers))
     app[SERVICES] = Services(
         metrics=metrics,
         api_keys=config.auth.keys() if config.auth else None,
@@ -77,8 +82,7 @@ def create_app(config: Config) -> web.Application:
     app.router.add_get("/readyz", readyz)
 
     async def metrics_handler(request: web.Request) -> web.Response:
-        body = generate_latest(metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     if config.metrics.port is None:
         app.router.add_get(config.metrics.path, metrics_handler)
@@ -98,7 +102,9 @@ def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def
 
         runners = []
         for b in backends:
-            runner = web.AppRunner(create_sim_app(b.conf.dialect), handler_cancellation=True, access_log=None)
+            sim = create_sim_app(b.conf.dialect)
+            sim[SERVICES].access_log = False  # the gateway's own line for the request is enough
+            runner = web.AppRunner(sim, handler_cancellation=True, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
@@ -129,7 +135,10 @@ def _metrics_listener(config: Config, handler: Handler):  # type: ignore[no-unty
         mapp.router.add_get(config.metrics.path, handler)
         runner = web.AppRunner(mapp, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, config.listen.host, config.metrics.port).start()
+        # Worker processes share the metrics port as they share the main one; any of them
+        # answers a scrape with the aggregate of all.
+        shared = multiprocess_dir() is not None
+        await web.TCPSite(runner, config.listen.host, config.metrics.port, reuse_port=shared or None).start()
         log.info("metrics on http://%s:%s%s", config.listen.host, config.metrics.port, config.metrics.path)
         yield
         await runner.cleanup()

@@ -7,6 +7,7 @@ import os
 import signal
 import ssl
 import sys
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -26,14 +27,25 @@ def _config_failed(e: ConfigError) -> int:
     return 2
 
 
-async def _run(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
+async def _run(
+    app: web.Application,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
+    on_ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM. A worker process (reuse_port) reports readiness via on_ready."""
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024, reuse_port=reuse_port or None)
     await site.start()
     scheme = "https" if ssl_context else "http"
     bound = runner.addresses[0][1] if runner.addresses else port
-    log.info("listening on %s://%s:%s", scheme, host, bound)
+    if on_ready is None:
+        log.info("listening on %s://%s:%s", scheme, host, bound)
+    else:
+        on_ready(bound)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -61,12 +73,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = _load(args.config)
     except ConfigError as e:
         return _config_failed(e)
-    from gateway.app import create_app
+    from gateway import logs
 
+    logs.setup(config.logging.format, args.log_level or config.logging.level)
+    if not config.logging.access_log:
+        logs.ACCESS.disabled = True
     host = args.host or config.listen.host
     port = args.port if args.port is not None else config.listen.port
+    if args.workers < 1:
+        print("--workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        from gateway.workers import serve_workers
+
+        return serve_workers(
+            config, host, port, args.workers, config.logging.format, args.log_level or config.logging.level
+        )
+    from gateway.app import create_app
+
+    # Certificates are files the config names: a missing or bad one is a config error (exit 2),
+    # not a failure to listen.
     try:
-        asyncio.run(_run(create_app(config), host, port, _listen_ssl(config)))
+        listen_ssl = _listen_ssl(config)
+    except OSError as e:
+        print(f"config error: listen.tls: cannot load the certificate or key: {e}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(config)
+    except OSError as e:
+        print(f"config error: backends: cannot load a tls certificate, key or CA file: {e}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_run(app, host, port, listen_ssl))
     except OSError as e:
         print(f"cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
         return 1
@@ -111,13 +149,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gateway", description="LLM protocol gateway")
-    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+    # No default here: `serve` falls back to the config's logging.level.
+    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL"))
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the gateway")
     s.add_argument("--config", help="config file (default: $GATEWAY_CONFIG, else the embedded default)")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
+    s.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (SO_REUSEPORT); default 1")
     s.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("check-config", help="validate a config file and print its routes")
@@ -136,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=(args.log_level or "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     code: int = args.func(args)
     return code
 

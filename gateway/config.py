@@ -68,6 +68,19 @@ class Metrics(_Strict):
         return v
 
 
+class Logging(_Strict):
+    """Log output: `json` writes one JSON object per line (access lines carry their fields)."""
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = True
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _level(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
+
 class BackendTLS(_Strict):
     """Upstream TLS: a CA bundle to trust, and a client certificate for mutual TLS (MindIE)."""
 
@@ -126,22 +139,39 @@ class Config(_Strict):
     auth: Auth | None = None
     limits: Limits = Field(default_factory=Limits)
     metrics: Metrics = Field(default_factory=Metrics)
+    logging: Logging = Field(default_factory=Logging)
     backends: dict[str, Backend]
     routes: list[Route]
 
     @model_validator(mode="after")
     def _references(self) -> "Config":
-        problems: list[str] = []
-        seen: set[str] = set()
-        for i, r in enumerate(self.routes):
-            if r.backend not in self.backends:
-                problems.append(f"routes.{i}.backend: unknown backend {r.backend!r}")
-            if r.name in seen:
-                problems.append(f"routes.{i}.name: duplicate route name {r.name!r}")
-            seen.add(r.name)
+        problems = reference_problems(self.backends, [(r.name, r.backend) for r in self.routes])
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def reference_problems(backends: Any, routes: list[tuple[Any, Any]]) -> list[str]:
+    """Routes naming unknown backends, and duplicate route names: (name, backend) per route."""
+    problems: list[str] = []
+    seen: set[Any] = set()
+    for i, (name, backend) in enumerate(routes):
+        if isinstance(backend, str) and backend not in backends:
+            problems.append(f"routes.{i}.backend: unknown backend {backend!r}")
+        if isinstance(name, str) and name in seen:
+            problems.append(f"routes.{i}.name: duplicate route name {name!r}")
+        seen.add(name)
+    return problems
+
+
+def _raw_reference_problems(data: dict[str, Any]) -> list[str]:
+    """The same checks on the raw file, so they are reported alongside other field problems
+    (pydantic skips the model validator once any field is invalid)."""
+    backends, routes = data.get("backends"), data.get("routes")
+    if not isinstance(backends, dict) or not isinstance(routes, list):
+        return []
+    pairs = [(r.get("name"), r.get("backend")) if isinstance(r, dict) else (None, None) for r in routes]
+    return reference_problems(backends, pairs)
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -193,7 +223,8 @@ def parse_config(data: Any) -> Config:
     try:
         config = Config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format(e)) from None
+        lines = _format(e)
+        raise ConfigError(lines + [p for p in _raw_reference_problems(data) if p not in lines]) from None
     # Imported here: the dialect registry imports codecs, which import this module's models.
     from gateway.dialects import check_options, path_collisions
 

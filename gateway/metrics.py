@@ -1,10 +1,22 @@
-"""Prometheus metrics of DESIGN.md §1, on a registry owned by each app.
+"""Prometheus metrics of DESIGN.md §1, on a registry owned by each app, and their exposition.
 
 Labels are route and backend names from the config and fixed enums, never client-supplied
-strings, so cardinality stays bounded.
+strings, so cardinality stays bounded. Per-route children are bound once and cached, so the
+hot path (one observation per streamed chunk) does no label lookup.
+
+With `gateway serve --workers N` the parent sets PROMETHEUS_MULTIPROC_DIR before the workers
+start: prometheus-client then keeps every value in per-process files in that folder, and a
+scrape of any worker aggregates them all (see `exposition`). A single process needs nothing.
 """
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+from dataclasses import dataclass
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # Latency buckets span what LLM traffic does: sub-10 ms cache hits to multi-minute generations.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -12,10 +24,37 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
+UPSTREAM_ERROR_CLASSES = ("connect", "timeout", "status_4xx", "status_5xx", "protocol", "midstream")
+DISCONNECT_PHASES = ("before_first_token", "streaming")
+
+
+def multiprocess_dir() -> str | None:
+    """The shared metrics folder when several worker processes serve, else None."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+@dataclass(eq=False, slots=True)
+class RouteMetrics:
+    """The labelled children of one (route, backend) pair."""
+
+    duration: Histogram
+    ttft: Histogram
+    itl: Histogram
+    upstream: Histogram
+    overhead: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+    in_flight: Gauge
+
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    """The gateway's metric families. `enabled=False` (the simulator) records nothing at all,
+    which matters in multi-process mode, where every value lands in the shared folder."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, enabled: bool = True) -> None:
+        self.enabled = enabled
         self.registry = registry or CollectorRegistry()
+        self._routes: dict[tuple[str, str], RouteMetrics] = {}
         r = self.registry
         self.requests = Counter(
             "gateway_requests",
@@ -32,14 +71,14 @@ class Metrics:
         )
         self.ttft = Histogram(
             "gateway_time_to_first_token_seconds",
-            "Request in to first generated token out",
+            "Request in to first generated token out (streams only)",
             ["route", "backend"],
             buckets=TTFT_BUCKETS,
             registry=r,
         )
         self.itl = Histogram(
             "gateway_inter_token_latency_seconds",
-            "Gap between streamed chunks that carry tokens",
+            "Gap between consecutive streamed chunks that carry tokens",
             ["route", "backend"],
             buckets=ITL_BUCKETS,
             registry=r,
@@ -60,15 +99,17 @@ class Metrics:
         )
         self.tokens = Counter(
             "gateway_tokens",
-            "Tokens reported or counted",
+            "Tokens reported by the backend (or counted), by kind",
             ["route", "backend", "kind"],
             registry=r,
         )
+        # livesum: in multi-process mode the gauge is the sum over the workers still alive.
         self.in_flight = Gauge(
             "gateway_in_flight_requests",
             "Requests being served",
             ["route"],
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.upstream_errors = Counter(
             "gateway_upstream_errors",
@@ -82,3 +123,28 @@ class Metrics:
             ["route", "phase"],
             registry=r,
         )
+
+    def route(self, route: str, backend: str) -> RouteMetrics:
+        rm = self._routes.get((route, backend))
+        if rm is None:
+            rm = RouteMetrics(
+                duration=self.duration.labels(route, backend),
+                ttft=self.ttft.labels(route, backend),
+                itl=self.itl.labels(route, backend),
+                upstream=self.upstream.labels(route, backend),
+                overhead=self.overhead.labels(route, backend),
+                prompt_tokens=self.tokens.labels(route, backend, "prompt"),
+                completion_tokens=self.tokens.labels(route, backend, "completion"),
+                in_flight=self.in_flight.labels(route),
+            )
+            self._routes[(route, backend)] = rm
+        return rm
+
+    def exposition(self) -> bytes:
+        """The text a scrape returns: this registry, or every worker's values in multi-process mode."""
+        path = multiprocess_dir()
+        if path is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 import aiohttp
 
 from gateway import jsonutil
+from gateway.adapters.stops import StopStream, apply_stops
 from gateway.core.errors import (
     GatewayError,
     UpstreamClass,
@@ -20,7 +21,7 @@ from gateway.core.errors import (
     UpstreamTimeout,
     upstream_status_error,
 )
-from gateway.core.params import apply_policy
+from gateway.core.params import Fate, apply_policy
 from gateway.core.routing import Backend
 from gateway.core.types import EmbeddingResult, Event, Request, Result
 from gateway.dialects.base import StreamParser, UpstreamCall
@@ -67,14 +68,26 @@ class ProxyEngine:
     def passthrough_dialect(self) -> str | None:
         return self.backend.conf.dialect
 
-    def _prepare(self, req: Request) -> UpstreamCall:
+    @property
+    def batch_prompts(self) -> bool:
+        """Whether the backend takes a list of prompts in one request (core.batch)."""
+        return bool(getattr(self.codec, "batch_prompts", False))
+
+    def _prepare(self, req: Request) -> tuple[UpstreamCall, list[str] | None]:
+        """The upstream call, and the stop strings the gateway must enforce itself (if any)."""
+        stops: list[str] | None = None
         if req.inbound != self.backend.conf.dialect:
-            req.dropped = apply_policy(
-                req, self.codec.fates(self.backend, req), self.backend.name, self.backend.conf.dialect
-            )
+            fates = dict(self.codec.fates(self.backend, req))
+            if fates.get("stop") is Fate.EMULATE:
+                # Whoever cuts at stop strings also decides whether the stop text stays.
+                fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
+            req.dropped = apply_policy(req, fates, self.backend.name, self.backend.conf.dialect)
+            wanted = req.params.get("stop")
+            if fates.get("stop") is Fate.EMULATE and wanted:
+                stops = [wanted] if isinstance(wanted, str) else list(wanted)
         call = self.codec.build(req, self.backend)
         call.headers.setdefault("X-Request-Id", req.request_id)
-        return call
+        return call, stops
 
     async def _send(self, call: UpstreamCall, ex: "Exchange") -> aiohttp.ClientResponse:
         b = self.backend
@@ -120,7 +133,7 @@ class ProxyEngine:
         )
 
     async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult:
-        call = self._prepare(req)
+        call, stops = self._prepare(req)
         try:
             resp = await self._send(call, ex)
             try:
@@ -146,16 +159,23 @@ class ProxyEngine:
             raise _malformed(self.backend, "response") from None
         if call.passthrough and req.inbound == self.backend.conf.dialect:
             result.passthrough = body
+        if stops and isinstance(result, Result):
+            result = apply_stops(result, stops, bool(req.params.get("include_stop_str_in_output", False)))
         return result
 
     async def open_stream(self, req: Request, ex: "Exchange") -> EventStream:
-        call = self._prepare(req)
+        call, stops = self._prepare(req)
         try:
             resp = await self._send(call, ex)
         except BaseException:
             ex.upstream_done()
             raise
-        return _ProxyStream(self.backend, resp, self.codec.stream_parser(call), ex)
+        stream: EventStream = _ProxyStream(self.backend, resp, self.codec.stream_parser(call), ex)
+        if stops:
+            # Ending early closes the proxy stream, which cuts the connection and so the generation.
+            include = bool(req.params.get("include_stop_str_in_output", False))
+            stream = StopStream(stream, stops, include, n=int(req.params.get("n") or 1))
+        return stream
 
 
 class _ProxyStream:

@@ -9,22 +9,34 @@ cancellation), which closes the upstream connection on the way out.
 
 import asyncio
 import logging
+import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aiohttp import web
+from prometheus_client import Histogram
 
+from gateway.core import batch
 from gateway.core.errors import GatewayError, Overloaded, PayloadTooLarge, Unauthorized, UpstreamError
 from gateway.core.params import DROPPED_HEADER
 from gateway.core.routing import Route, RouteGroup
 from gateway.core.types import Event, ReasoningDelta, Request, TextDelta, ToolCallDelta, UsageEvent
 from gateway.dialects.base import Endpoint, Inbound, RenderContext
+from gateway.logs import access_log
 from gateway.metrics import Metrics
 
 log = logging.getLogger("gateway")
 REQUEST_ID = "X-Request-Id"
 _TOKEN_EVENTS = (TextDelta, ToolCallDelta, ReasoningDelta)
+# A client's request id is echoed, logged and forwarded, so only a plain token is taken as is.
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id_of(request: web.Request) -> str:
+    """The client's X-Request-Id when it is a plain token, else a fresh one."""
+    given = request.headers.get(REQUEST_ID, "")
+    return given if _CLIENT_ID.match(given) else uuid.uuid4().hex
 
 
 @dataclass(eq=False)
@@ -36,6 +48,7 @@ class Services:
     max_body_bytes: int
     max_concurrent: int
     in_flight: int = 0
+    access_log: bool = True  # off for the gateway's in-process simulated backends
 
 
 SERVICES = web.AppKey("services", Services)
@@ -52,8 +65,11 @@ class Exchange:
     last_token: float = 0.0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    itl: list[float] = field(default_factory=list)
+    # The route's inter-token histogram child, set once the route is known: each gap is
+    # observed as it happens rather than collected.
+    itl: Histogram | None = None
     upstream_error: str | None = None
+    disconnect: str | None = None
 
     def upstream_done(self) -> None:
         if self.upstream_start:
@@ -74,7 +90,8 @@ class Exchange:
         if tokens:
             now = time.perf_counter()
             if self.first_token:
-                self.itl.append(now - self.last_token)
+                if self.itl is not None:
+                    self.itl.observe(now - self.last_token)
             else:
                 self.first_token = now
             self.last_token = now
@@ -103,7 +120,7 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: Inbound) -> web.StreamResponse:
     svc = request.app[SERVICES]
     ex = Exchange(time.perf_counter())
-    request_id = request.headers.get(REQUEST_ID) or uuid.uuid4().hex
+    request_id = request_id_of(request)
     route: Route | None = None
     status = 500
     counted = False
@@ -117,7 +134,10 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             raise Overloaded("The gateway is at its concurrent request limit; retry later")
         svc.in_flight += 1
         counted = True
-        svc.metrics.in_flight.labels(route.name).inc()
+        if svc.metrics.enabled:
+            rm = svc.metrics.route(route.name, route.backend.name)
+            rm.in_flight.inc()
+            ex.itl = rm.itl
         ctx = RenderContext(
             request_id=request_id,
             created=int(time.time()),
@@ -125,10 +145,11 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             passthrough=route.engine.passthrough_dialect == req.inbound,
         )
         if req.stream and ep.stream_renderer is not None:
+            batch.check_stream(route.engine, req)
             resp = await _stream(request, ep, route, req, ctx, ex, inbound)
             status = resp.status
             return resp
-        result = await route.engine.complete(req, ex)
+        result = await batch.complete(route.engine, req, ex)
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         if result.usage is not None:
             ex.prompt_tokens = result.usage.prompt_tokens
@@ -141,21 +162,24 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     except GatewayError as e:
         if isinstance(e, UpstreamError):
             ex.upstream_error = e.upstream_class.value
+            log.debug("request %s: upstream error (%s): %s", request_id, ex.upstream_error, e)
         resp = inbound.error_response(e)
         resp.headers[REQUEST_ID] = request_id
         status = resp.status
         return resp
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionResetError):
+        # Cancelled: the server noticed the client left; reset: a write found it gone.
         status = 499
-        if route is not None:
-            phase = "streaming" if ex.first_token else "before_first_token"
-            svc.metrics.disconnects.labels(route.name, phase).inc()
+        ex.disconnect = "streaming" if ex.first_token else "before_first_token"
         raise
     finally:
         if counted and route is not None:
             svc.in_flight -= 1
-            svc.metrics.in_flight.labels(route.name).dec()
+            if svc.metrics.enabled:
+                svc.metrics.route(route.name, route.backend.name).in_flight.dec()
         _record(svc.metrics, route, group, ex, status)
+        if svc.access_log:
+            _access(request, request_id, route, group, ex, status)
 
 
 async def _stream(
@@ -196,6 +220,8 @@ async def _stream(
                     if out:
                         await resp.write(out)
             tail = renderer.end()
+        except ConnectionResetError:
+            raise
         except GatewayError as e:
             if isinstance(e, UpstreamError):
                 ex.upstream_error = e.upstream_class.value
@@ -213,6 +239,8 @@ async def _stream(
 
 
 def _record(metrics: Metrics, route: Route | None, group: RouteGroup, ex: Exchange, status: int) -> None:
+    if not metrics.enabled:
+        return
     now = time.perf_counter()
     if route is None:
         # No route chosen (bad body, unknown model): counted against the group's first route so
@@ -221,21 +249,50 @@ def _record(metrics: Metrics, route: Route | None, group: RouteGroup, ex: Exchan
         metrics.requests.labels(r.name, r.backend.name, group.dialect, r.backend.conf.dialect, str(status)).inc()
         return
     b = route.backend.name
+    rm = metrics.route(route.name, b)
     metrics.requests.labels(route.name, b, group.dialect, route.backend.conf.dialect, str(status)).inc()
     total = now - ex.start
-    metrics.duration.labels(route.name, b).observe(total)
+    rm.duration.observe(total)
     if ex.upstream_total:
-        metrics.upstream.labels(route.name, b).observe(ex.upstream_total)
-        metrics.overhead.labels(route.name, b).observe(max(total - ex.upstream_total, 0.0))
+        rm.upstream.observe(ex.upstream_total)
+        rm.overhead.observe(max(total - ex.upstream_total, 0.0))
     if ex.first_token:
-        metrics.ttft.labels(route.name, b).observe(ex.first_token - ex.start)
-    if ex.itl:
-        h = metrics.itl.labels(route.name, b)
-        for gap in ex.itl:
-            h.observe(gap)
+        rm.ttft.observe(ex.first_token - ex.start)
     if ex.prompt_tokens:
-        metrics.tokens.labels(route.name, b, "prompt").inc(ex.prompt_tokens)
+        rm.prompt_tokens.inc(ex.prompt_tokens)
     if ex.completion_tokens:
-        metrics.tokens.labels(route.name, b, "completion").inc(ex.completion_tokens)
+        rm.completion_tokens.inc(ex.completion_tokens)
     if ex.upstream_error:
         metrics.upstream_errors.labels(route.name, b, ex.upstream_error).inc()
+    if ex.disconnect:
+        metrics.disconnects.labels(route.name, ex.disconnect).inc()
+
+
+def _ms(seconds: float) -> float | None:
+    return round(seconds * 1000.0, 3) if seconds else None
+
+
+def _access(
+    request: web.Request, request_id: str, route: Route | None, group: RouteGroup, ex: Exchange, status: int
+) -> None:
+    """The one access-log line of this request: names, status, timings, token counts; no content."""
+    backend = route.backend if route is not None else None
+    access_log(
+        {
+            "request_id": request_id,
+            "route": route.name if route is not None else None,
+            "backend": backend.name if backend is not None else None,
+            "inbound": group.dialect,
+            "outbound": backend.conf.dialect if backend is not None else None,
+            "method": request.method,
+            "path": request.path,
+            "status": status,
+            "duration_ms": _ms(time.perf_counter() - ex.start),
+            "upstream_ms": _ms(ex.upstream_total),
+            "ttft_ms": _ms(ex.first_token - ex.start) if ex.first_token else None,
+            "prompt_tokens": ex.prompt_tokens,
+            "completion_tokens": ex.completion_tokens,
+            "upstream_error": ex.upstream_error,
+            "disconnect": ex.disconnect,
+        }
+    )

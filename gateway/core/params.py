@@ -67,17 +67,18 @@ def default_fate(name: str) -> Fate:
 def apply_policy(req: Request, fates: Mapping[str, Fate], backend: str, dialect: str) -> list[str]:
     """Remove dropped parameters from `req.params`; return their names; raise for refused ones.
 
-    A parameter set to its "off" value (None, False, an empty list) is simply removed: asking
-    for nothing is never a reason to refuse.
+    A parameter set to its "off" value (None, False, an empty list) is never a reason to refuse
+    or to name a drop: it is removed; but False stays where the backend maps it or the gateway
+    emulates it, because there it can mean something (do_sample False is greedy decoding).
     """
     dropped: list[str] = []
     refused: list[str] = []
     for name in list(req.params):
         value = req.params[name]
-        if value is None or value is False or value == [] or value == {}:
+        fate = fates.get(name) or default_fate(name)
+        if value is None or value == [] or value == {} or (value is False and fate not in (Fate.MAP, Fate.EMULATE)):
             del req.params[name]
             continue
-        fate = fates.get(name) or default_fate(name)
         if fate is Fate.DROP:
             del req.params[name]
             dropped.append(name)

@@ -69,6 +69,8 @@ class Request:
     include_usage: bool = False
     params: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] | None = None
+    # Values an inbound dialect read from the request path besides the model (Triton's version).
+    path_params: dict[str, str] = field(default_factory=dict)
     # Set by the pipeline: the gateway's request id, and the hints dropped for this backend.
     request_id: str = ""
     dropped: list[str] = field(default_factory=list)

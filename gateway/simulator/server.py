@@ -18,7 +18,10 @@ from gateway.simulator.engine import SimEngine
 def create_sim_app(dialect: str, model: str | None = None, token_delay_s: float = 0.0) -> web.Application:
     d = dialects.get(dialect)
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[SERVICES] = Services(metrics=Metrics(), api_keys=None, max_body_bytes=64 * 1024 * 1024, max_concurrent=1 << 30)
+    # The simulator records no metrics: with worker processes they would land in the gateway's.
+    app[SERVICES] = Services(
+        metrics=Metrics(enabled=False), api_keys=None, max_body_bytes=64 * 1024 * 1024, max_concurrent=1 << 30
+    )
     conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model")
     backend = Backend("simulator", conf, d, d.outbound.options_model(), [], {})
     route = Route("simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s))

@@ -48,9 +48,16 @@ def _common(data: dict[str, Any], m: Any, params: dict[str, Any]) -> None:
         params["stop"] = [m.stop] if isinstance(m.stop, str) else list(m.stop)
 
 
-def parse_chat(body: bytes, request: web.Request | None = None) -> Request:
+def parse_chat(
+    body: bytes,
+    request: web.Request | None = None,
+    *,
+    schema: type[ChatCompletionRequest] = ChatCompletionRequest,
+    inbound: str = "openai",
+) -> Request:
+    """`schema` and `inbound` let OpenAI-flavoured dialects (MindIE) reuse this with their own limits."""
     data = load_object(body)
-    m = validate(ChatCompletionRequest, data)
+    m = validate(schema, data)
     params: dict[str, Any] = {}
     _common(data, m, params)
     if m.max_completion_tokens is not None:
@@ -73,7 +80,7 @@ def parse_chat(body: bytes, request: web.Request | None = None) -> Request:
     ]
     return Request(
         task=Task.CHAT,
-        inbound="openai",
+        inbound=inbound,
         model=m.model,
         messages=messages,
         stream=bool(m.stream),
@@ -83,9 +90,15 @@ def parse_chat(body: bytes, request: web.Request | None = None) -> Request:
     )
 
 
-def parse_completion(body: bytes, request: web.Request | None = None) -> Request:
+def parse_completion(
+    body: bytes,
+    request: web.Request | None = None,
+    *,
+    schema: type[CompletionRequest] = CompletionRequest,
+    inbound: str = "openai",
+) -> Request:
     data = load_object(body)
-    m = validate(CompletionRequest, data)
+    m = validate(schema, data)
     params: dict[str, Any] = {}
     _common(data, m, params)
     if m.logprobs is not None:
@@ -102,7 +115,7 @@ def parse_completion(body: bytes, request: web.Request | None = None) -> Request
     prompt = data["prompt"]
     req = Request(
         task=Task.COMPLETION,
-        inbound="openai",
+        inbound=inbound,
         model=m.model,
         stream=bool(m.stream),
         include_usage=bool(m.stream_options and m.stream_options.include_usage),
@@ -205,4 +218,5 @@ class OpenAIInbound:
         router.add_post(prefix + "/v1/completions", handler(COMPLETION))
         router.add_post(prefix + "/v1/embeddings", handler(EMBEDDING))
         router.add_get(prefix + "/v1/models", list_models)
-        router.add_get(prefix + "/v1/models/{model}", get_model)
+        # Model ids may hold slashes ("meta-llama/Llama-3.1-8B"), as the SDK sends them.
+        router.add_get(prefix + "/v1/models/{model:.+}", get_model)

@@ -124,6 +124,8 @@ def completion_logprobs_to_neutral(lp: Any) -> list[dict[str, Any]] | None:
 class OpenAIOutbound:
     name = "openai"
     options_model: type[BaseModel] = Options
+    # A list of prompts goes upstream in one completions request (see core.batch).
+    batch_prompts = True
 
     def fates(self, backend: Backend, req: Request) -> Mapping[str, Fate]:
         vllm = getattr(backend.options, "extensions", "none") == "vllm"
@@ -141,37 +143,7 @@ class OpenAIOutbound:
                 body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
             return UpstreamCall(path, jsonutil.dumps(body), req.stream, passthrough=True, state=req)
         vllm = getattr(backend.options, "extensions", "none") == "vllm"
-        p = req.params
-        body = {"model": model}
-        if req.task is Task.CHAT:
-            body["messages"] = [message_dict(m) for m in req.messages or ()]
-        elif req.task is Task.COMPLETION:
-            body["prompt"] = req.prompt_ids if req.prompt_ids is not None else req.prompt
-        else:
-            body["input"] = req.input
-            if "encoding_format" in p:
-                body["encoding_format"] = p["encoding_format"]
-        for name in _DIRECT:
-            if name in p:
-                body[name] = p[name]
-        if "max_tokens" in p:
-            key = "max_completion_tokens" if req.task is Task.CHAT and not vllm else "max_tokens"
-            body[key] = p["max_tokens"]
-        for name in ("temperature", "top_p"):
-            if name in p:
-                body[name] = p[name]
-        if p.get("do_sample") is False and "temperature" not in p:
-            body["temperature"] = 0.0  # greedy, the way OpenAI-style servers say it
-        if p.get("logprobs"):
-            if req.task is Task.CHAT:
-                body["logprobs"] = True
-                if "top_logprobs" in p:
-                    body["top_logprobs"] = p["top_logprobs"]
-            else:
-                body["logprobs"] = p.get("top_logprobs", 0)
-        if req.stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+        body = request_body(req, model, vllm)
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=req)
 
     def parse_result(self, call: UpstreamCall, body: bytes) -> Result | EmbeddingResult:
@@ -228,6 +200,42 @@ class OpenAIOutbound:
         return [m["id"] for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
 
 
+def request_body(req: Request, model: str | None, vllm: bool) -> dict[str, Any]:
+    """The OpenAI request body for a neutral request (also used by OpenAI-flavoured outbounds)."""
+    p = req.params
+    body: dict[str, Any] = {"model": model}
+    if req.task is Task.CHAT:
+        body["messages"] = [message_dict(m) for m in req.messages or ()]
+    elif req.task is Task.COMPLETION:
+        body["prompt"] = req.prompt_ids if req.prompt_ids is not None else req.prompt
+    else:
+        body["input"] = req.input
+        if "encoding_format" in p:
+            body["encoding_format"] = p["encoding_format"]
+    for name in _DIRECT:
+        if name in p:
+            body[name] = p[name]
+    if "max_tokens" in p:
+        key = "max_completion_tokens" if req.task is Task.CHAT and not vllm else "max_tokens"
+        body[key] = p["max_tokens"]
+    for name in ("temperature", "top_p"):
+        if name in p:
+            body[name] = p[name]
+    if p.get("do_sample") is False and "temperature" not in p:
+        body["temperature"] = 0.0  # greedy, the way OpenAI-style servers say it
+    if p.get("logprobs"):
+        if req.task is Task.CHAT:
+            body["logprobs"] = True
+            if "top_logprobs" in p:
+                body["top_logprobs"] = p["top_logprobs"]
+        else:
+            body["logprobs"] = p.get("top_logprobs", 0)
+    if req.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
 def _error_text(obj: Any) -> str:
     if isinstance(obj, dict):
         err = obj.get("error", obj)
@@ -241,7 +249,7 @@ def _error_text(obj: Any) -> str:
 class OpenAIStreamParser:
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_decoder", "_done", "_finished", "_passthrough")
+    __slots__ = ("_chat", "_decoder", "_done", "_error", "_finished", "_passthrough")
 
     def __init__(self, chat: bool, passthrough: bool = False) -> None:
         self._decoder = SSEDecoder()
@@ -249,20 +257,36 @@ class OpenAIStreamParser:
         self._passthrough = passthrough
         self._done = False
         self._finished = False
+        # A fault found in a read that also carried good events: those go out first, then this.
+        self._error: Exception | None = None
 
     def feed(self, data: bytes) -> list[Event]:
+        if self._error is not None:
+            raise self._error
         out: list[Event] = []
-        for ev in self._decoder.feed(data):
-            self._event(ev.data, out)
+        try:
+            for ev in self._decoder.feed(data):
+                self._event(ev.data, out)
+            self._check_stray()
+        except (UpstreamError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            # How reads are cut must not decide whether the tokens before a fault reach the client.
+            if not out:
+                raise
+            self._error = e
+        return out
+
+    def _check_stray(self) -> None:
         if self._decoder.stray:
             text = b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500]
             raise UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
-        return out
 
     def close(self) -> list[Event]:
+        if self._error is not None:
+            raise self._error
         out: list[Event] = []
         for ev in self._decoder.close():
             self._event(ev.data, out)
+        self._check_stray()
         if not self._done and not self._finished:
             raise UpstreamError("backend stream ended before it was complete", upstream_class=UpstreamClass.MIDSTREAM)
         return out

@@ -176,8 +176,8 @@ _ROLE_CHOICE = b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs
 
 
 class ChatStreamRenderer(_ChunkStream):
-    def __init__(self, req: Request, ctx: RenderContext) -> None:
-        super().__init__(req, ctx, "chatcmpl-", "chat.completion.chunk")
+    def __init__(self, req: Request, ctx: RenderContext, id_prefix: str = "chatcmpl-") -> None:
+        super().__init__(req, ctx, id_prefix, "chat.completion.chunk")
 
     def start(self) -> bytes:
         return b"".join(
@@ -240,8 +240,8 @@ class ChatStreamRenderer(_ChunkStream):
 
 
 class CompletionStreamRenderer(_ChunkStream):
-    def __init__(self, req: Request, ctx: RenderContext) -> None:
-        super().__init__(req, ctx, "cmpl-", "text_completion")
+    def __init__(self, req: Request, ctx: RenderContext, id_prefix: str = "cmpl-") -> None:
+        super().__init__(req, ctx, id_prefix, "text_completion")
 
     def start(self) -> bytes:
         return b""

@@ -1,0 +1,219 @@
+"""Reading Triton generate answers: whole bodies and `data:` streams, into neutral form.
+
+Finish reasons and token counts come from the backend when its flavour reports them (vLLM's
+`finish_reason` and `num_*_tokens`, MindIE's `details`, TRT-LLM's `output_log_probs` length),
+else from the model's tokenizer when one is configured, and are otherwise left out. Triton
+streams have no terminator, so the end of the body is a normal end; only MindIE, asked for
+details, promises a final event, and its absence means the stream was cut short.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway import jsonutil
+from gateway.adapters.stops import StopMatcher
+from gateway.core.errors import UpstreamClass, UpstreamError
+from gateway.core.finish import parse_finish
+from gateway.core.types import Choice, Event, Finish, FinishEvent, Result, TextDelta, Usage, UsageEvent
+from gateway.sse import SSEDecoder
+
+
+@dataclass(slots=True)
+class CallState:
+    flavor: str
+    prompt: str
+    max_tokens: int | None
+    # Stop words TRT-LLM leaves in its output that the client wants removed.
+    strip_stops: list[str] | None = None
+    # MindIE with details: the last event carries details.finish_reason.
+    expect_final: bool = False
+    stops_requested: bool = False
+    tokenizer: Any = None
+
+
+def error_text(obj: Any) -> str:
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, str):
+            kind = obj.get("error_type")
+            return f"{err} ({kind})" if isinstance(kind, str) and kind else err
+        if err is not None:
+            return jsonutil.dumps_str(err)[:500]
+    return jsonutil.dumps_str(obj)[:500]
+
+
+def _first(value: Any) -> Any:
+    """A one-sequence output: Triton unwraps single-element tensors, but not always."""
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(_count(v) for v in value)
+    return 0 if value is None else 1
+
+
+@dataclass(slots=True)
+class Reader:
+    """What one answer (or one stream's events so far) says beyond its text."""
+
+    st: CallState
+    finish: Finish | None = None
+    saw_finish_field: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    text: list[str] = field(default_factory=list)
+
+    def take(self, obj: Any, midstream: bool) -> str:
+        if not isinstance(obj, dict):
+            raise ValueError("not an object")
+        if "error" in obj:
+            where = "mid-stream" if midstream else "in a 200 answer"
+            raise UpstreamError(
+                f"backend error {where}: {error_text(obj)}",
+                upstream_class=UpstreamClass.MIDSTREAM if midstream else UpstreamClass.PROTOCOL,
+            )
+        text = _first(obj.get("text_output"))
+        text = text if isinstance(text, str) else ""
+        flavor = self.st.flavor
+        if flavor == "vllm":
+            if "finish_reason" in obj:
+                self.saw_finish_field = True
+                reason = parse_finish(_first(obj["finish_reason"]))
+                if reason is not None:
+                    self.finish = reason
+            n_in = _first(obj.get("num_input_tokens"))
+            if isinstance(n_in, int):
+                self.prompt_tokens = n_in
+            n_out = _first(obj.get("num_output_tokens"))
+            if isinstance(n_out, int):
+                self.completion_tokens = (self.completion_tokens or 0) + n_out
+        elif flavor == "mindie":
+            details = obj.get("details")
+            if isinstance(details, dict):
+                reason = parse_finish(details.get("finish_reason"))
+                if reason is not None:
+                    self.finish = reason
+                gen = details.get("generated_tokens")
+                if isinstance(gen, int):
+                    self.completion_tokens = gen  # a running total in streams
+                n_in = details.get("prompt_tokens")
+                if isinstance(n_in, int):
+                    self.prompt_tokens = n_in
+        elif "output_log_probs" in obj:
+            self.completion_tokens = (self.completion_tokens or 0) + _count(obj["output_log_probs"])
+        if text:
+            self.text.append(text)
+        return text
+
+    def conclude(self, stream: bool, stopped: bool) -> tuple[Finish | None, Usage | None]:
+        st = self.st
+        tok = st.tokenizer
+        full = "".join(self.text)
+        if st.flavor == "mindie" and st.expect_final and self.finish is None and stream:
+            raise UpstreamError(
+                "backend stream ended without its final event (truncated)", upstream_class=UpstreamClass.MIDSTREAM
+            )
+        if st.flavor == "vllm" and self.saw_finish_field and self.finish is None and stream:
+            raise UpstreamError(
+                "backend stream ended before a finish reason (truncated)", upstream_class=UpstreamClass.MIDSTREAM
+            )
+        if st.flavor == "mindie" and self.finish is Finish.STOP_STRING and not full and not st.stops_requested:
+            # MindIE ends aborted or failed generations this way; with no stop asked for and no
+            # text there is nothing else it can mean.
+            raise UpstreamError(
+                "backend ended the generation with no output (stop_sequence without a stop)",
+                upstream_class=UpstreamClass.MIDSTREAM if stream else UpstreamClass.PROTOCOL,
+            )
+        completion = self.completion_tokens
+        if completion is None and tok is not None:
+            completion = tok.count(full)
+        prompt = self.prompt_tokens
+        if prompt is None and tok is not None:
+            prompt = tok.count(st.prompt)
+        finish = self.finish
+        if stopped:
+            finish = Finish.STOP_STRING
+        elif finish is None:
+            # TRT-LLM names no reason: length when the count reached the cap, else a normal end.
+            at_cap = completion is not None and st.max_tokens is not None and completion >= st.max_tokens
+            finish = Finish.LENGTH if at_cap else Finish.EOS
+        usage = None if prompt is None and completion is None else Usage(prompt, completion)
+        return finish, usage
+
+
+def parse_body(st: CallState, body: bytes) -> Result:
+    obj = jsonutil.loads(body)
+    reader = Reader(st)
+    text = reader.take(obj, midstream=False)
+    stopped = False
+    if st.strip_stops:
+        matcher = StopMatcher(st.strip_stops)
+        cut, stopped = matcher.feed(text)
+        text = cut if stopped else cut + matcher.flush()
+    finish, usage = reader.conclude(stream=False, stopped=stopped)
+    return Result([Choice(0, text, finish=finish)], usage, obj.get("model_name") if isinstance(obj, dict) else None)
+
+
+class TritonStreamParser:
+    """`data:` events (with or without the space) to neutral events; finish and usage at the end."""
+
+    __slots__ = ("_decoder", "_matcher", "_pending", "_reader", "_stopped")
+
+    def __init__(self, st: CallState) -> None:
+        self._decoder = SSEDecoder()
+        self._reader = Reader(st)
+        self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
+        self._stopped = False
+        self._pending: UpstreamError | None = None
+
+    def _emit(self, text: str, out: list[Event]) -> None:
+        if self._matcher is not None:
+            if self._stopped:
+                return
+            text, self._stopped = self._matcher.feed(text)
+        if text:
+            out.append(TextDelta(text))
+
+    def feed(self, data: bytes) -> list[Event]:
+        self._raise_pending()
+        out: list[Event] = []
+        try:
+            for ev in self._decoder.feed(data):
+                self._emit(self._reader.take(jsonutil.loads(ev.data), midstream=True), out)
+            self._check_stray()
+        except UpstreamError as e:
+            if not out:
+                raise
+            # Text that arrived in the same read as the error still reaches the client first.
+            self._pending = e
+        return out
+
+    def _raise_pending(self) -> None:
+        if self._pending is not None:
+            err, self._pending = self._pending, None
+            raise err
+
+    def _check_stray(self) -> None:
+        if self._decoder.stray:
+            text = b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500]
+            raise UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
+
+    def close(self) -> list[Event]:
+        self._raise_pending()
+        out: list[Event] = []
+        for ev in self._decoder.close():
+            self._emit(self._reader.take(jsonutil.loads(ev.data), midstream=True), out)
+        self._check_stray()
+        if self._matcher is not None and not self._stopped:
+            rest = self._matcher.flush()
+            if rest:
+                out.append(TextDelta(rest))
+        finish, usage = self._reader.conclude(stream=True, stopped=self._stopped)
+        if finish is not None:
+            out.append(FinishEvent(finish))
+        if usage is not None:
+            out.append(UsageEvent(usage))
+        return out

@@ -1,0 +1,127 @@
+"""Triton generate wire models: the request's parameters, the backend options, model metadata.
+
+Triton treats every key of a generate body other than `id`, `text_input` and `parameters` the
+same as a key inside `parameters`, so both are merged before validation. Parameter values must
+be scalars, as Triton demands of request parameters; only the list-valued tensors LLM backends
+declare (stop and bad words) may be arrays.
+"""
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from gateway.core.errors import InvalidRequest
+
+RESERVED = ("id", "text_input", "parameters")
+# Inputs that TRT-LLM declares as string tensors of dynamic length: lists are legal there.
+LIST_INPUTS = frozenset({"stop_words", "bad_words", "stop"})
+
+
+def _alias(*names: str) -> Any:
+    return AliasChoices(*names)
+
+
+class GenerateParameters(BaseModel):
+    """The parameters the gateway understands, under the names Triton LLM backends use.
+
+    Names no backend family uses are ignored, as a Triton model ignores parameters it does not
+    read. Aliases cover TRT-LLM (`random_seed`, `runtime_top_k`), the vLLM backend (`seed`,
+    `stop`) and MindIE's variant (`max_new_tokens`).
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    max_tokens: int | None = Field(None, ge=1, validation_alias=_alias("max_tokens", "max_new_tokens"))
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, ge=0, le=1, validation_alias=_alias("top_p", "runtime_top_p"))
+    top_k: int | None = Field(None, ge=-1, validation_alias=_alias("top_k", "runtime_top_k"))
+    min_p: float | None = Field(None, ge=0, le=1)
+    typical_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, validation_alias=_alias("random_seed", "seed"))
+    stop: str | list[str] | None = Field(None, validation_alias=_alias("stop_words", "stop"))
+    bad_words: str | list[str] | None = None
+    repetition_penalty: float | None = Field(None, gt=0)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    beam_width: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1, validation_alias=_alias("num_return_sequences", "n"))
+    do_sample: bool | None = None
+    ignore_eos: bool | None = None
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    exclude_input_in_output: bool | None = None
+    # Streaming is chosen by the URL; the flag is accepted and ignored.
+    stream: bool | None = None
+
+
+def merged_parameters(data: dict[str, Any]) -> dict[str, Any]:
+    """`parameters` plus the top-level extras, each value checked the way Triton checks it."""
+    params = data.get("parameters", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InvalidRequest("'parameters' must be a JSON object", param="parameters", code="invalid_value")
+    merged = dict(params)
+    for key, value in data.items():
+        if key not in RESERVED:
+            merged[key] = value
+    for key, value in merged.items():
+        if isinstance(value, bool | int | float | str):
+            continue
+        if key in LIST_INPUTS and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            continue
+        raise InvalidRequest(
+            f"parameter '{key}' has invalid type. It should be either 'int', 'bool', 'float' or 'string'.",
+            param=key,
+            code="invalid_value",
+        )
+    return merged
+
+
+def words(value: str | list[str] | None) -> list[str] | None:
+    """A word list from a string or list; empty strings mean "none" (TRT-LLM examples send "")."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    kept = [w for w in items if w]
+    return kept or None
+
+
+class Options(BaseModel):
+    """`options` of a triton backend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Which server is behind the generate endpoint: it decides parameter names and framing.
+    flavor: Literal["trtllm", "vllm", "mindie"] = "trtllm"
+    # TRT-LLM needs max_tokens and the other servers' defaults are tiny: always send one.
+    default_max_tokens: int = Field(512, ge=1)
+    # Address a fixed model version (/versions/{v}/) instead of the server's choice.
+    model_version: str | None = Field(None, pattern=r"^[0-9]+$")
+    # trtllm: ask for output_log_probs to count generated tokens (usage, and length vs eos).
+    count_tokens: bool = True
+
+
+def model_metadata(name: str, platform: str) -> dict[str, Any]:
+    """KServe v2 model metadata for a generate model, as TRT-LLM and vLLM models declare it."""
+
+    def t(n: str, dt: str) -> dict[str, Any]:
+        return {"name": n, "datatype": dt, "shape": [-1]}
+
+    return {
+        "name": name,
+        "versions": ["1"],
+        "platform": platform,
+        "inputs": [
+            t("text_input", "BYTES"),
+            t("max_tokens", "INT32"),
+            t("stop_words", "BYTES"),
+            t("bad_words", "BYTES"),
+            t("temperature", "FP32"),
+            t("top_k", "INT32"),
+            t("top_p", "FP32"),
+            t("random_seed", "UINT64"),
+            t("stream", "BOOL"),
+        ],
+        "outputs": [t("text_output", "BYTES")],
+    }

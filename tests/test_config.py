@@ -1,0 +1,229 @@
+"""The config file: ${VAR} expansion, validation messages naming the key path, cross-references,
+dialect options and path collisions."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from gateway import dialects
+from gateway.config import ConfigError, embedded_default, load_config, parse_config
+from gateway.dialects.base import Dialect, NoOptions
+
+
+def cfg(**backend: Any) -> dict[str, Any]:
+    b = {"dialect": "openai", "url": "http://h:1", **backend}
+    return {"backends": {"up": b}, "routes": [{"name": "r", "dialect": "openai", "backend": "up"}]}
+
+
+def problems(data: Any) -> list[str]:
+    with pytest.raises(ConfigError) as ei:
+        parse_config(data)
+    assert str(ei.value) == "\n".join(ei.value.lines)
+    return ei.value.lines
+
+
+def test_minimal_config_defaults():
+    c = parse_config(cfg())
+    assert c.listen.host == "127.0.0.1" and c.listen.port == 8080
+    assert c.limits.max_body_bytes == 4 * 1024 * 1024
+    assert c.metrics.path == "/metrics"
+    assert c.auth is None
+    assert c.backends["up"].timeout_s == 600
+    assert c.routes[0].prefix == ""
+
+
+def test_env_expansion(monkeypatch):
+    monkeypatch.setenv("TOKEN", "s3cret")
+    monkeypatch.setenv("HOST", "10.0.0.5")
+    monkeypatch.delenv("UNSET_ONE", raising=False)
+    data = cfg(
+        url="http://${HOST}:${PORT:-1025}/base",
+        headers={"Authorization": "Bearer ${TOKEN}", "X-Empty": "${UNSET_ONE:-}", "X-Both": "${TOKEN:-d}-${HOST}"},
+    )
+    data["routes"][0]["models"] = ["${MODEL_NAME:-qwen}", "literal $ and ${ not closed"]
+    c = parse_config(data)
+    b = c.backends["up"]
+    assert b.url == "http://10.0.0.5:1025/base"
+    assert b.headers == {"Authorization": "Bearer s3cret", "X-Empty": "", "X-Both": "s3cret-10.0.0.5"}
+    assert c.routes[0].models == ["qwen", "literal $ and ${ not closed"]
+
+
+def test_missing_env_var_is_an_error_naming_the_key(monkeypatch):
+    monkeypatch.delenv("NOPE_TOKEN", raising=False)
+    monkeypatch.delenv("NOPE_HOST", raising=False)
+    data = cfg(url="http://${NOPE_HOST}:1", headers={"Authorization": "Bearer ${NOPE_TOKEN}"})
+    assert problems(data) == [
+        "backends.up.url: environment variable NOPE_HOST is not set",
+        "backends.up.headers.Authorization: environment variable NOPE_TOKEN is not set",
+    ]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        {"url": None},
+        {"urls": ["http://a:1"]},
+        {"simulate": True},
+        {"url": None, "urls": []},
+    ],
+)
+def test_exactly_one_target(target):
+    data = cfg(**target)
+    data["backends"]["up"] = {k: v for k, v in data["backends"]["up"].items() if v is not None}
+    assert problems(data) == ["backends.up: exactly one of url, urls, simulate must be set"]
+
+
+def test_single_targets_are_fine():
+    assert parse_config(cfg()).backends["up"].targets() == ["http://h:1"]
+    c = parse_config(cfg(url=None, urls=["http://a:1", "https://b:2/p"]))
+    assert c.backends["up"].targets() == ["http://a:1", "https://b:2/p"]
+    c = parse_config({"backends": {"s": {"dialect": "openai", "simulate": True}}, "routes": [
+        {"name": "r", "dialect": "openai", "backend": "s"}]})
+    assert c.backends["s"].targets() == []
+
+
+def test_bad_urls_and_values():
+    assert problems(cfg(url="ftp://h/x")) == ["backends.up: not an http(s) URL: 'ftp://h/x'"]
+    assert problems(cfg(timeout_s=0)) == ["backends.up.timeout_s: Input should be greater than 0"]
+    assert problems(cfg(dialect="grpc"))[0].startswith("backends.up.dialect: Input should be 'openai', ")
+
+
+def test_unknown_keys_are_errors():
+    data = cfg(bogus_key=1)
+    data["listen"] = {"port": 70000, "hots": "x"}
+    assert problems(data) == [
+        "listen.port: Input should be less than or equal to 65535",
+        "listen.hots: Extra inputs are not permitted",
+        "backends.up.bogus_key: Extra inputs are not permitted",
+    ]
+
+
+def test_unknown_openai_option_is_an_error():
+    assert problems(cfg(options={"bogus": 1})) == ["backends.up.options.bogus: Extra inputs are not permitted"]
+    assert problems(cfg(options={"extensions": "sglang"})) == [
+        "backends.up.options.extensions: Input should be 'none' or 'vllm'"
+    ]
+    assert parse_config(cfg(options={"extensions": "vllm"})).backends["up"].options == {"extensions": "vllm"}
+
+
+def test_route_references_and_names():
+    data = cfg()
+    data["routes"] = [
+        {"name": "r", "dialect": "openai", "backend": "missing"},
+        {"name": "r", "dialect": "openai", "backend": "up"},
+    ]
+    assert problems(data) == [
+        "routes.0.backend: unknown backend 'missing'",
+        "routes.1.name: duplicate route name 'r'",
+    ]
+    data["routes"] = [{"name": "r", "dialect": "openai", "backend": "up", "prefix": "edge/"}]
+    assert problems(data) == ["routes.0.prefix: must start with / and not end with /"]
+    assert problems({"backends": {}}) == ["routes: Field required"]
+    assert problems([1]) == ["(top level): must be a mapping"]
+    assert problems(None) == ["(top level): must be a mapping"]
+
+
+def test_same_dialect_routes_share_paths():
+    data = cfg()
+    data["routes"] = [
+        {"name": "a", "dialect": "openai", "backend": "up", "models": ["x"]},
+        {"name": "b", "dialect": "openai", "backend": "up"},
+        {"name": "c", "dialect": "openai", "backend": "up", "prefix": "/edge"},
+    ]
+    c = parse_config(data)
+    assert [r.name for r in c.routes] == ["a", "b", "c"]
+    assert dialects.route_paths(c)["c"][0] == ("POST", "/edge/v1/chat/completions")
+
+
+class _FakeInbound:
+    name = "mindie"
+
+    def paths(self) -> list[tuple[str, str]]:
+        return [("POST", "/generate"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]
+
+
+class _FakeOutbound:
+    name = "mindie"
+    options_model: type[BaseModel] = NoOptions
+
+
+def test_cross_dialect_path_collision(monkeypatch):
+    # A stand-in second dialect that mounts OpenAI's paths, as MindIE does.
+    monkeypatch.setitem(dialects._loaded, "mindie", Dialect("mindie", _FakeInbound(), _FakeOutbound()))  # type: ignore[arg-type]
+    data = cfg()
+    data["backends"]["m"] = {"dialect": "mindie", "url": "http://m:1"}
+    data["routes"].append({"name": "mi", "dialect": "mindie", "backend": "m"})
+    assert problems(data) == [
+        "routes.1.prefix: route 'mi' (mindie) and route 'r' (openai) both mount POST /v1/chat/completions; "
+        "give one of them a prefix"
+    ]
+    data["routes"][1]["prefix"] = "/mindie"
+    c = parse_config(data)
+    assert dialects.route_paths(c)["mi"] == [
+        ("POST", "/mindie/generate"),
+        ("POST", "/mindie/v1/chat/completions"),
+        ("GET", "/mindie/v1/models"),
+    ]
+    data["backends"]["m"]["options"] = {"anything": 1}
+    assert problems(data) == ["backends.m.options.anything: Extra inputs are not permitted"]
+
+
+def test_real_openai_and_mindie_routes_collide():
+    data = cfg()
+    data["backends"]["m"] = {"dialect": "mindie", "url": "http://m:1"}
+    data["routes"].append({"name": "mi", "dialect": "mindie", "backend": "m"})
+    assert problems(data) == [
+        "routes.1.prefix: route 'mi' (mindie) and route 'r' (openai) both mount POST /v1/chat/completions; "
+        "give one of them a prefix"
+    ]
+    data["routes"][1]["prefix"] = "/mindie"
+    assert [r.name for r in parse_config(data).routes] == ["r", "mi"]
+
+
+def test_load_config_file_errors(tmp_path: Path):
+    assert_lines = lambda p: load_problems(p)  # noqa: E731
+    missing = tmp_path / "missing.yaml"
+    assert assert_lines(missing) == [f"{missing}: cannot read: No such file or directory"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backends: {up: [\n")
+    (line,) = assert_lines(bad)
+    assert line.startswith(f"{bad}: not valid YAML (line ")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert assert_lines(empty) == ["(top level): must be a mapping"]
+
+
+def load_problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as ei:
+        load_config(path)
+    return ei.value.lines
+
+
+def test_load_config_file(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("UP_URL", "http://10.1.1.1:8000")
+    f = tmp_path / "gw.yaml"
+    f.write_text(
+        "listen: {host: 0.0.0.0, port: 9000}\n"
+        "auth: {api_keys: [k1]}\n"
+        "limits: {max_body_bytes: 1000}\n"
+        "backends:\n  up: {dialect: openai, url: '${UP_URL}', options: {extensions: vllm}}\n"
+        "routes:\n  - {name: chat, dialect: openai, backend: up, models: [a, b]}\n"
+    )
+    c = load_config(f)
+    assert c.listen.port == 9000 and c.listen.host == "0.0.0.0"
+    assert c.auth is not None and c.auth.keys() == frozenset({"k1"})
+    assert c.limits.max_body_bytes == 1000
+    assert c.backends["up"].url == "http://10.1.1.1:8000"
+    assert c.routes[0].models == ["a", "b"]
+
+
+def test_embedded_default_mounts_every_available_dialect():
+    c = embedded_default()
+    avail = dialects.available()
+    assert "openai" in avail
+    assert [r.dialect for r in c.routes] == avail
+    assert all(b.simulate for b in c.backends.values())
+    assert next(r for r in c.routes if r.dialect == "openai").prefix == ""
+    assert c.listen.host == "127.0.0.1" and c.listen.port == 8080

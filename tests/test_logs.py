@@ -1,0 +1,182 @@
+"""Access log lines, request-id round trips, and secrets that never reach any log record."""
+
+import io
+import json
+import logging
+import re
+from pathlib import Path
+
+from gateway import logs
+from tests.conftest import one_route
+from tests.support import json_reply, raw_reply, sse_reply
+
+FIX = Path(__file__).parent / "fixtures" / "openai"
+CHAT_RESPONSE = (FIX / "chat_response.json").read_bytes()
+STREAM_FRAMES = [f + b"\n\n" for f in (FIX / "chat_stream.sse").read_bytes().split(b"\n\n") if f.strip()]
+PROMPT = "my very private prompt about tea"
+
+
+def chat(stream: bool = False) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "stream": stream}
+
+
+def forwarded_id(upstream) -> str:
+    """The request id the backend received (header names compare case-insensitively)."""
+    [value] = [v for k, v in upstream.last.headers.items() if k.lower() == "x-request-id"]
+    return value
+
+
+def access_records(caplog) -> list[dict]:
+    return [r.access for r in caplog.records if r.name == "gateway.access"]
+
+
+async def test_client_request_id_is_echoed_and_forwarded(upstream, make_gateway):
+    upstream.reply = raw_reply(CHAT_RESPONSE)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    r = await gw.post("/v1/chat/completions", json=chat(), headers={"X-Request-Id": "client-id-42"})
+    assert r.status == 200
+    assert r.headers["X-Request-Id"] == "client-id-42"
+    assert forwarded_id(upstream) == "client-id-42"
+
+
+async def test_missing_request_id_is_generated_echoed_and_forwarded(upstream, make_gateway):
+    upstream.reply = sse_reply(STREAM_FRAMES)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    r = await gw.post("/v1/chat/completions", json=chat(stream=True))
+    assert r.status == 200
+    await r.read()
+    rid = r.headers["X-Request-Id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", rid)
+    assert forwarded_id(upstream) == rid
+
+
+async def test_unsafe_request_id_is_replaced(upstream, make_gateway):
+    upstream.reply = raw_reply(CHAT_RESPONSE)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    r = await gw.post("/v1/chat/completions", json=chat(), headers={"X-Request-Id": "x" * 200})
+    rid = r.headers["X-Request-Id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", rid)
+    assert forwarded_id(upstream) == rid
+
+
+async def test_request_id_on_error_answers(upstream, make_gateway):
+    upstream.reply = json_reply({"error": {"message": "down"}}, status=503)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    r = await gw.post("/v1/chat/completions", json=chat(), headers={"X-Request-Id": "err-1"})
+    assert r.status == 503
+    assert r.headers["X-Request-Id"] == "err-1"
+
+
+async def test_one_access_line_per_request_with_fields_and_no_content(upstream, make_gateway, caplog):
+    caplog.set_level(logging.INFO)
+    upstream.reply = sse_reply(STREAM_FRAMES)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    r = await gw.post("/v1/chat/completions", json=chat(stream=True), headers={"X-Request-Id": "abc"})
+    body = await r.read()
+    assert b"Hello" in body
+    recs = access_records(caplog)
+    assert len(recs) == 1
+    a = recs[0]
+    assert {k: a[k] for k in ("request_id", "route", "backend", "inbound", "outbound", "method", "path", "status")} == {
+        "request_id": "abc",
+        "route": "r",
+        "backend": "up",
+        "inbound": "openai",
+        "outbound": "openai",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "status": 200,
+    }
+    assert (a["prompt_tokens"], a["completion_tokens"]) == (9, 4)
+    assert a["duration_ms"] > 0 and a["upstream_ms"] > 0 and a["ttft_ms"] > 0
+    assert a["duration_ms"] >= a["ttft_ms"]
+    assert a["upstream_error"] is None and a["disconnect"] is None
+    assert PROMPT not in caplog.text and "Hello" not in caplog.text
+
+    # The JSON form: one object per line, fields at the top level.
+    rec = next(r for r in caplog.records if r.name == "gateway.access")
+    line = logs.JSONFormatter().format(rec)
+    assert "\n" not in line
+    obj = json.loads(line)
+    assert obj["logger"] == "gateway.access" and obj["level"] == "info"
+    assert obj["request_id"] == "abc" and obj["status"] == 200 and obj["completion_tokens"] == 4
+    # The text form: key=value pairs.
+    assert "request_id=abc route=r backend=up" in rec.getMessage()
+
+
+async def test_access_line_for_a_rejected_request(upstream, make_gateway, caplog):
+    caplog.set_level(logging.INFO)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    await gw.post("/v1/chat/completions", data=b"{oops")
+    [a] = access_records(caplog)
+    assert a["status"] == 400 and a["route"] is None and a["inbound"] == "openai"
+
+
+async def test_secrets_never_reach_the_logs(upstream, make_gateway, caplog, monkeypatch):
+    secret = "sk-backend-Zq81xVv0TOPSECRET"
+    api_key = "gw-client-key-5521abcdef"
+    monkeypatch.setenv("SECRET", secret)
+    monkeypatch.setenv("GW_KEYS", api_key)
+    caplog.set_level(logging.DEBUG)
+    # A backend that echoes the credentials it got into its error message, as some do.
+    upstream.reply = json_reply({"error": {"message": f"token Bearer {secret} rejected; x-api={secret}"}}, status=500)
+    conf = one_route(
+        "openai", "openai", upstream.url, headers={"Authorization": "Bearer ${SECRET}", "X-Api-Key": "${SECRET}"}
+    )
+    conf["auth"] = {"api_keys_env": "GW_KEYS"}
+    gw = await make_gateway(conf)
+    good = {"Authorization": f"Bearer {api_key}"}
+    r = await gw.post("/v1/chat/completions", json=chat(), headers=good)
+    assert r.status == 500
+    assert upstream.last.headers["Authorization"] == f"Bearer {secret}"  # the backend does get it
+    r = await gw.post("/v1/chat/completions", json=chat(), headers={"Authorization": f"Bearer {api_key}x"})
+    assert r.status == 401
+    # Something logging a secret outright (a traceback, a debug dump) is scrubbed as well.
+    log = logging.getLogger("gateway")
+    log.debug("upstream call headers %s", {"Authorization": f"Bearer {secret}", "X-Api-Key": secret})
+    try:
+        raise RuntimeError(f"failed with key {api_key}")
+    except RuntimeError:
+        log.exception("boom")
+    logging.getLogger("aiohttp.client").warning("client saw %s", secret)
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JSONFormatter())
+    for rec in caplog.records:
+        handler.handle(rec)
+    out = caplog.text + stream.getvalue()
+    assert "upstream error (status_5xx)" in out  # the debug line is there, scrubbed
+    assert "[REDACTED]" in out
+    assert "boom" in out and "RuntimeError" in out
+    for leaked in (secret, api_key, PROMPT):
+        assert leaked not in out
+    assert len(access_records(caplog)) == 2
+
+
+def test_redactor_hides_registered_values_and_bearer_tokens():
+    logs.REDACT.add(["abcd1234secret", "xy"])
+    assert logs.REDACT("key=abcd1234secret!") == "key=[REDACTED]!"
+    assert logs.REDACT("xy stays: too short to be a secret") == "xy stays: too short to be a secret"
+    assert logs.REDACT("Authorization: Bearer eyJhbGciOi.J9") == "Authorization: Bearer [REDACTED]"
+    assert logs.secret_header_values({"Authorization": "Bearer tok123"}) == ["Bearer tok123", "tok123"]
+
+
+def test_setup_writes_json_lines():
+    buf = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        logs.setup("json", "info", stream=buf)
+        logs.access_log({"request_id": "r1", "status": 200, "route": "chat"})
+        logging.getLogger("gateway").debug("not shown at info")
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1
+    obj = json.loads(lines[0])
+    assert obj["request_id"] == "r1" and obj["status"] == 200 and obj["route"] == "chat"

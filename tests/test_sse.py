@@ -1,0 +1,119 @@
+"""The sans-IO SSE decoder against the WHATWG event-stream rules, and against every fixture
+stream cut at every byte offset."""
+
+import pytest
+
+from gateway.sse import DONE_FRAME, SSEDecoder, SSEEvent, encode_data
+from tests.fixtures.openai.wire import STREAMS, raw
+
+
+def decode(*chunks: bytes) -> tuple[list[SSEEvent], list[bytes]]:
+    d = SSEDecoder()
+    out: list[SSEEvent] = []
+    for c in chunks:
+        out += d.feed(c)
+    out += d.close()
+    return out, d.stray
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
+def test_line_endings(eol: bytes) -> None:
+    body = b"data: a" + eol + eol + b"data:b" + eol + b"data:  c" + eol + eol
+    events, stray = decode(body)
+    assert events == [SSEEvent(b"a"), SSEEvent(b"b\n c")]
+    assert stray == []
+
+
+def test_mixed_line_endings_and_cr_split_from_lf() -> None:
+    events, _ = decode(b"data: 1\r", b"\n\r", b"\ndata: 2\r\r", b"data: 3\n", b"\n")
+    assert events == [SSEEvent(b"1"), SSEEvent(b"2"), SSEEvent(b"3")]
+
+
+def test_data_with_and_without_space_and_multiline() -> None:
+    events, _ = decode(b"data:x\ndata: y\ndata:\n\n")
+    assert events == [SSEEvent(b"x\ny\n")]
+    events, _ = decode(b"data\n\n")  # a field name alone: empty value, still dispatched
+    assert events == [SSEEvent(b"")]
+
+
+def test_comments_and_keep_alives_are_ignored() -> None:
+    events, stray = decode(b": keep-alive\n\n:\n\ndata: a\n: inside\n\n\n\n")
+    assert events == [SSEEvent(b"a")]
+    assert stray == []
+
+
+def test_event_and_id_fields() -> None:
+    events, _ = decode(b"event: error\nid: 7\ndata: {}\n\ndata: next\n\nid\ndata: z\n\nid: a\0b\ndata: w\n\n")
+    # The event type resets after each dispatch; the last event id persists, an empty id clears
+    # it, and an id containing NUL is ignored.
+    assert events == [
+        SSEEvent(b"{}", "error", "7"),
+        SSEEvent(b"next", "", "7"),
+        SSEEvent(b"z", "", ""),
+        SSEEvent(b"w", "", ""),
+    ]
+
+
+def test_event_without_data_is_not_dispatched() -> None:
+    events, _ = decode(b"event: ping\n\ndata: a\n\n")
+    assert events == [SSEEvent(b"a")]
+
+
+def test_done_and_unterminated_last_event() -> None:
+    events, _ = decode(b"data: [DONE]\n\n")
+    assert events == [SSEEvent(b"[DONE]")]
+    assert encode_data(b"[DONE]") == DONE_FRAME
+    assert encode_data(b"{}", space=False) == b"data:{}\n\n"
+    # An event that never got its blank line is discarded at the end of the stream.
+    events, _ = decode(b"data: a\n\ndata: b")
+    assert events == [SSEEvent(b"a")]
+
+
+def test_stray_lines_are_reported() -> None:
+    d = SSEDecoder()
+    assert d.feed(b"data: a\n\nInternal Server Error\n") == [SSEEvent(b"a")]
+    assert d.stray == [b"Internal Server Error"]
+    d.feed(b"retry: 10\n")  # a known field, not stray
+    assert d.stray == [b"Internal Server Error"]
+    d = SSEDecoder()
+    assert d.close() == []
+    d.feed(b"no newline at end")
+    assert d.stray == []
+    d.close()
+    assert d.stray == [b"no newline at end"]
+
+
+def test_utf8_split_across_reads() -> None:
+    text = "data: w\u00f6rld \U0001f44b \u4f60\u597d\n\n".encode()
+    for i in range(len(text) + 1):
+        events, _ = decode(text[:i], text[i:])
+        assert events == [SSEEvent("w\u00f6rld \U0001f44b \u4f60\u597d".encode())]
+        assert events[0].data.decode() == "w\u00f6rld \U0001f44b \u4f60\u597d"
+
+
+def test_utf8_split_mid_character() -> None:
+    emoji = "\U0001f44b".encode()
+    assert len(emoji) == 4
+    events, _ = decode(b"data: " + emoji[:1], emoji[1:3], emoji[3:] + b"\n\n")
+    assert events[0].data.decode() == "\U0001f44b"
+
+
+def variants(data: bytes) -> list[bytes]:
+    return [data, data.replace(b"\n", b"\r\n"), data.replace(b"\n", b"\r")]
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_fixture_streams_split_at_every_offset(name: str) -> None:
+    for data in variants(raw(name)):
+        whole, stray = decode(data)
+        assert stray == []
+        assert len(whole) == data.count(b"data:")
+        for i in range(len(data) + 1):
+            assert decode(data[:i], data[i:])[0] == whole, (name, i)
+        assert decode(*(data[i : i + 1] for i in range(len(data))))[0] == whole
+
+
+def test_chat_fixture_stream_payloads() -> None:
+    events, _ = decode(raw("chat_stream.sse"))
+    assert events[-1] == SSEEvent(b"[DONE]")
+    assert [e.data[:6] for e in events[:-1]] == [b'{"id":'] * 6
