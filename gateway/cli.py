@@ -98,13 +98,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"config error: listen.tls: cannot load the certificate or key: {e}", file=sys.stderr)
         return 2
+    from gateway.core.routing import make_ssl
+
+    for name, b in config.backends.items():
+        try:
+            make_ssl(b.tls)
+        except OSError as e:
+            print(f"config error: backends.{name}.tls: cannot load a certificate, key or CA file: {e}", file=sys.stderr)
+            return 2
     try:
-        app = create_app(config)
-    except OSError as e:
-        print(f"config error: backends: cannot load a tls certificate, key or CA file: {e}", file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(_run(app, host, port, listen_ssl))
+        asyncio.run(_run(create_app(config), host, port, listen_ssl))
     except OSError as e:
         print(f"cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
         return 1

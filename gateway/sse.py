@@ -9,6 +9,7 @@ an event or a UTF-8 character split across reads decodes the same as if it came 
 from dataclasses import dataclass
 
 DONE = b"[DONE]"
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(slots=True)
@@ -25,7 +26,7 @@ class SSEDecoder:
     that cares reads `stray` after each feed: such lines are reported there instead of dropped.
     """
 
-    __slots__ = ("_buf", "_data", "_event", "_has_data", "_id", "_pending_cr", "stray")
+    __slots__ = ("_bom", "_buf", "_data", "_event", "_has_data", "_id", "_pending_cr", "stray")
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -34,6 +35,7 @@ class SSEDecoder:
         self._event = ""
         self._id: str | None = None
         self._pending_cr = False
+        self._bom = True  # the stream's first bytes may be a UTF-8 BOM, which the spec strips
         self.stray: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
@@ -46,6 +48,12 @@ class SSEDecoder:
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         buf += chunk
+        if self._bom:
+            if len(buf) < len(_BOM) and _BOM.startswith(buf):
+                return []  # perhaps a BOM split across reads
+            self._bom = False
+            if buf.startswith(_BOM):
+                del buf[: len(_BOM)]
         if b"\r" in buf:
             # Normalise CRLF and lone CR to LF, but keep a trailing CR until we see what follows it.
             if buf.endswith(b"\r"):

@@ -9,6 +9,7 @@ from aiohttp.test_utils import TestClient
 from gateway.app import create_app
 from gateway.config import parse_config
 from tests.support import FakeUpstream
+from tests.tokenizer_kit import tokenizer_folder_fixture  # noqa: F401  (the `tokenizer_folder` fixture)
 
 
 @pytest.fixture

@@ -54,11 +54,21 @@ CHAT_CASES: list[tuple[str, bytes | dict[str, Any], int, str | None]] = [
     ("message not an object", {"model": "a", "messages": ["hi"]}, 400, "messages.0"),
     ("user without content", {"model": "a", "messages": [{"role": "user"}]}, 400, "messages.0"),
     ("unknown role", {"model": "a", "messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role"),
-    ("text part without text", {"model": "a", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, 400, None),
+    (
+        "text part without text",
+        {"model": "a", "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        400,
+        None,
+    ),
     ("no model", {"messages": MSGS}, 400, "model"),
     ("empty model", {"model": "", "messages": MSGS}, 400, "model"),
     ("model not a string", {"model": 5, "messages": MSGS}, 400, "model"),
-    ("stream_options without stream", {"model": "a", "messages": MSGS, "stream_options": {"include_usage": True}}, 400, None),
+    (
+        "stream_options without stream",
+        {"model": "a", "messages": MSGS, "stream_options": {"include_usage": True}},
+        400,
+        None,
+    ),
     ("tool_choice without tools", {"model": "a", "messages": MSGS, "tool_choice": "required"}, 400, None),
     ("bad tool", {"model": "a", "messages": MSGS, "tools": [{"type": "function"}]}, 400, "tools.0.function"),
     ("bad response_format", {"model": "a", "messages": MSGS, "response_format": {"type": "yaml"}}, 400, None),
@@ -146,7 +156,12 @@ async def test_unknown_paths_and_methods_are_json(gw):
 async def test_never_a_500_for_odd_but_valid_json(gw, upstream):
     odd = [
         {"model": "a", "messages": MSGS, "unknown": {"deep": [None, 1e308, "\u0000"]}},
-        {"model": "a", "messages": [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}]},
+        {
+            "model": "a",
+            "messages": [
+                {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}
+            ],
+        },
         {"model": "a", "messages": MSGS, "stop": []},
         {"model": "a", "messages": MSGS, "logit_bias": {}},
         {"model": "a", "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},

@@ -79,8 +79,12 @@ def test_single_targets_are_fine():
     assert parse_config(cfg()).backends["up"].targets() == ["http://h:1"]
     c = parse_config(cfg(url=None, urls=["http://a:1", "https://b:2/p"]))
     assert c.backends["up"].targets() == ["http://a:1", "https://b:2/p"]
-    c = parse_config({"backends": {"s": {"dialect": "openai", "simulate": True}}, "routes": [
-        {"name": "r", "dialect": "openai", "backend": "s"}]})
+    c = parse_config(
+        {
+            "backends": {"s": {"dialect": "openai", "simulate": True}},
+            "routes": [{"name": "r", "dialect": "openai", "backend": "s"}],
+        }
+    )
     assert c.backends["s"].targets() == []
 
 

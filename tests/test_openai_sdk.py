@@ -67,9 +67,15 @@ async def test_sdk_completions_embeddings_models_on_embedded_default(default_gw)
         assert r.object == "text_completion"
         assert r.choices[0].finish_reason == "length"
         assert r.usage is not None and r.usage.completion_tokens == 4
-        text = "".join([ch.choices[0].text async for ch in await c.completions.create(
-            model="any", prompt="say something", max_tokens=4, stream=True
-        ) if ch.choices])
+        text = "".join(
+            [
+                ch.choices[0].text
+                async for ch in await c.completions.create(
+                    model="any", prompt="say something", max_tokens=4, stream=True
+                )
+                if ch.choices
+            ]
+        )
         assert text == r.choices[0].text
 
         floats = await c.embeddings.create(model="any", input=["a b", "c"], encoding_format="float")

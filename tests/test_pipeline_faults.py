@@ -288,3 +288,53 @@ async def test_gateway_still_serves_after_faults(upstream, make_gateway):
     upstream.reply = raw_reply(raw("chat_response.json"))
     resp = await gw.post("/v1/chat/completions", json=CHAT)
     assert resp.status == 200
+
+
+async def test_concurrency_limit_is_503_and_released(upstream, aiohttp_client):
+    upstream.reply = sse_reply(frames("chat_stream.sse")[:2], hang=True, upstream=upstream)
+    cfg = one_route("openai", "openai", upstream.url)
+    cfg["limits"] = {"max_concurrent_requests": 1}
+    gw = await aiohttp_client(create_app(parse_config(cfg)), server_kwargs={"handler_cancellation": True})
+    held = await gw.post("/v1/chat/completions", json=STREAM)
+    assert held.status == 200
+    await held.content.readuntil(b"\n\n")
+    err = await error_of(await gw.post("/v1/chat/completions", json=CHAT), 503)
+    assert err["type"] == "server_error"
+    assert len(upstream.requests) == 1
+    held.close()
+    await asyncio.wait_for(upstream.disconnected.wait(), 5)
+    upstream.reply = raw_reply(raw("chat_response.json"))
+    for _ in range(100):
+        resp = await gw.post("/v1/chat/completions", json=CHAT)
+        if resp.status == 200:
+            break
+        await asyncio.sleep(0.02)
+    assert resp.status == 200
+
+
+async def test_stale_keepalive_connection_is_retried_once(upstream, make_gateway):
+    """A backend that drops the connection before answering gets one more try, then 502."""
+    calls = []
+
+    async def reply(request, rec):
+        calls.append(1)
+        if len(calls) == 1:
+            # Close the socket without a response, as a backend does to an idle pooled connection.
+            assert request.transport is not None
+            request.transport.close()
+            raise ConnectionResetError
+        return web.json_response(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            }
+        )
+
+    upstream.reply = reply
+    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    resp = await gw.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert resp.status == 200
+    assert len(calls) == 2

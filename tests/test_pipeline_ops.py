@@ -107,8 +107,8 @@ async def test_metrics_after_requests(upstream, make_gateway):
     assert resp.status == 200
     text = await resp.text()
     labels = 'backend="up",inbound="openai",outbound="openai",route="r"'
-    assert f"gateway_requests_total{{{labels},status=\"200\"}} 2.0" in text
-    assert f"gateway_requests_total{{{labels},status=\"400\"}} 1.0" in text
+    assert f'gateway_requests_total{{{labels},status="200"}} 2.0' in text
+    assert f'gateway_requests_total{{{labels},status="400"}} 1.0' in text
     # Tokens come from the upstream's usage: 19+9 prompt, 10+4 completion.
     assert 'gateway_tokens_total{backend="up",kind="prompt",route="r"} 28.0' in text
     assert 'gateway_tokens_total{backend="up",kind="completion",route="r"} 14.0' in text

@@ -117,3 +117,17 @@ def test_chat_fixture_stream_payloads() -> None:
     events, _ = decode(raw("chat_stream.sse"))
     assert events[-1] == SSEEvent(b"[DONE]")
     assert [e.data[:6] for e in events[:-1]] == [b'{"id":'] * 6
+
+
+def test_leading_bom_is_stripped_even_when_split() -> None:
+    bom = b"\xef\xbb\xbf"
+    body = bom + b"data: a\n\n"
+    for i in range(len(body) + 1):
+        events, stray = decode(body[:i], body[i:])
+        assert events == [SSEEvent(b"a")], i
+        assert stray == []
+    assert decode(bom[:1], bom[1:2], bom[2:], b"data: b\n\n")[0] == [SSEEvent(b"b")]
+    # Only at the very start: a BOM later is data like any other.
+    assert decode(b"data: a\n\ndata: " + bom + b"x\n\n")[0] == [SSEEvent(b"a"), SSEEvent(bom + b"x")]
+    # Bytes that merely begin like a BOM are kept.
+    assert decode(b"\xef\xbbx\n")[1] == [b"\xef\xbbx"]

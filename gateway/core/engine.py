@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Protocol
 import aiohttp
 
 from gateway import jsonutil
+from gateway.adapters import tokenizer_for
 from gateway.adapters.stops import StopStream, apply_stops
+from gateway.adapters.token_ids import TokenIdStream, fill_token_ids
 from gateway.core.errors import (
     GatewayError,
     UpstreamClass,
@@ -102,7 +104,10 @@ class ProxyEngine:
             timeout = aiohttp.ClientTimeout(total=b.conf.timeout_s, sock_connect=b.conf.connect_timeout_s)
         last: Exception | None = None
         ex.upstream_start = time.perf_counter()
-        for url in b.replicas():
+        attempts = b.replicas()
+        retried = False
+        while attempts:
+            url = attempts.pop(0)
             try:
                 resp = await self._session.get().request(
                     call.method,
@@ -112,8 +117,16 @@ class ProxyEngine:
                     timeout=timeout,
                     ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
                 )
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as e:
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+                last = e  # this replica is down: the next one may not be
+                continue
+            except aiohttp.ServerDisconnectedError as e:
+                # Usually a pooled keep-alive connection the backend closed while idle: the
+                # request never reached it, so one more try on a fresh connection is safe.
                 last = e
+                if not retried:
+                    retried = True
+                    attempts.insert(0, url)
                 continue
             except (TimeoutError, aiohttp.ServerTimeoutError):
                 raise UpstreamTimeout(f"backend {b.name!r} did not answer within {b.conf.timeout_s:g}s") from None
@@ -136,6 +149,7 @@ class ProxyEngine:
         call, stops = self._prepare(req)
         try:
             resp = await self._send(call, ex)
+            call.response_headers = resp.headers
             try:
                 body = await resp.read()
             except (TimeoutError, aiohttp.ServerTimeoutError):
@@ -161,7 +175,12 @@ class ProxyEngine:
             result.passthrough = body
         if stops and isinstance(result, Result):
             result = apply_stops(result, stops, bool(req.params.get("include_stop_str_in_output", False)))
+        if self._fills_token_ids(req) and isinstance(result, Result):
+            result = fill_token_ids(result, tokenizer_for(self.backend))
         return result
+
+    def _fills_token_ids(self, req: Request) -> bool:
+        return req.wants_token_ids and bool(self.backend.conf.tokenizer) and req.inbound != self.backend.conf.dialect
 
     async def open_stream(self, req: Request, ex: "Exchange") -> EventStream:
         call, stops = self._prepare(req)
@@ -175,6 +194,8 @@ class ProxyEngine:
             # Ending early closes the proxy stream, which cuts the connection and so the generation.
             include = bool(req.params.get("include_stop_str_in_output", False))
             stream = StopStream(stream, stops, include, n=int(req.params.get("n") or 1))
+        if self._fills_token_ids(req):
+            stream = TokenIdStream(stream, tokenizer_for(self.backend))
         return stream
 
 

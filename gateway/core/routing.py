@@ -39,7 +39,7 @@ class Backend:
         """Replica URLs in the order to try them: round-robin start, the rest as failover."""
         n = len(self.urls)
         if n == 1:
-            return self.urls
+            return [self.urls[0]]
         start = next(self._rr) % n
         return self.urls[start:] + self.urls[:start]
 

@@ -71,6 +71,8 @@ class Request:
     raw: dict[str, Any] | None = None
     # Values an inbound dialect read from the request path besides the model (Triton's version).
     path_params: dict[str, str] = field(default_factory=dict)
+    # The client's dialect reports generated token ids (MindIE native, TGI).
+    wants_token_ids: bool = False
     # Set by the pipeline: the gateway's request id, and the hints dropped for this backend.
     request_id: str = ""
     dropped: list[str] = field(default_factory=list)

@@ -37,6 +37,8 @@ class UpstreamCall:
     passthrough: bool = False
     # Codec-private context for the response parser (requested options, prompt, counters).
     state: Any = None
+    # Filled in by the engine before a whole answer is parsed (some servers put counts there).
+    response_headers: Mapping[str, str] | None = None
 
 
 class StreamParser(Protocol):

@@ -44,7 +44,9 @@ def parse_infer(body: bytes, request: web.Request | None = None) -> Request:
     m = validate(InferRequest, data)
     params = wire.neutral_params(m.parameters)
     params.setdefault("max_tokens", MINDIE_DEFAULT_MAX_NEW_TOKENS)
-    req = Request(task=Task.COMPLETION, inbound="mindie", stream=bool(m.stream), params=params, raw=data)
+    req = Request(
+        task=Task.COMPLETION, inbound="mindie", stream=bool(m.stream), params=params, raw=data, wants_token_ids=True
+    )
     if m.input_id is not None:
         req.prompt_ids = list(m.input_id)
     else:

@@ -7,17 +7,19 @@ Whole answers are cut here as well, so they are right even without the adapter.
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
 from gateway import jsonutil
+from gateway.adapters import tokenizer_for
+from gateway.adapters.prompt import prompt_text
 from gateway.core.params import Fate
 from gateway.core.routing import Backend
-from gateway.core.types import EmbeddingResult, Finish, Request, Result, Task
+from gateway.core.types import EmbeddingResult, Request, Result, Task
 from gateway.dialects.base import NoOptions, UpstreamCall
 from gateway.dialects.tgi import wire
-from gateway.dialects.tgi.prompt import prompt_text
 
 _FATES: dict[str, Fate] = {
     "stop": Fate.EMULATE,
@@ -64,17 +66,15 @@ def tgi_parameters(p: Mapping[str, Any], max_tokens: int | None) -> dict[str, An
     return out
 
 
-def cut_stop(result: Result, req: Request) -> None:
-    """Remove a trailing stop string TGI kept, for clients that expect it excluded."""
-    stops = req.params.get("stop") or ()
-    if not stops or req.params.get("include_stop_str_in_output") or req.inbound in ("tgi", "mindie"):
-        return
-    for c in result.choices:
-        if c.finish is Finish.STOP_STRING:
-            for s in stops:
-                if s and c.text.endswith(s):
-                    c.text = c.text[: -len(s)]
-                    break
+@dataclass(slots=True)
+class _State:
+    req: Request
+    prompt_tokens: int | None  # counted with the backend's tokenizer, when one is configured
+
+
+def _header_int(headers: Mapping[str, str] | None, name: str) -> int | None:
+    value = headers.get(name) if headers is not None else None
+    return int(value) if value is not None and value.isdigit() else None
 
 
 class TGIOutbound:
@@ -98,18 +98,19 @@ class TGIOutbound:
             for key in ("decoder_input_details", "adapter_id"):
                 if rp.get(key) is not None:
                     params[key] = rp[key]
-        body = {"inputs": prompt_text(req, backend), "parameters": params}
-        if req.stream:
-            return UpstreamCall("/generate_stream", jsonutil.dumps(body), True, state=req)
-        return UpstreamCall("/generate", jsonutil.dumps(body), False, state=req)
+        prompt = prompt_text(req, backend)
+        body = {"inputs": prompt, "parameters": params}
+        state = _State(req, tokenizer_for(backend).count(prompt) if backend.conf.tokenizer else None)
+        path = "/generate_stream" if req.stream else "/generate"
+        return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=state)
 
     def parse_result(self, call: UpstreamCall, body: bytes) -> Result | EmbeddingResult:
-        result = wire.parse_object(jsonutil.loads(body))
-        cut_stop(result, call.state)
-        return result
+        # TGI reports the prompt's token count only in a response header.
+        prompt_tokens = _header_int(call.response_headers, "x-prompt-tokens") or call.state.prompt_tokens
+        return wire.parse_object(jsonutil.loads(body), prompt_tokens)
 
     def stream_parser(self, call: UpstreamCall) -> wire.GenerateStreamParser:
-        return wire.GenerateStreamParser()
+        return wire.GenerateStreamParser(call.state.prompt_tokens)
 
     def error_message(self, status: int, body: bytes) -> str:
         return wire.error_message(status, body)

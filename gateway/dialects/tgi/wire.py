@@ -80,7 +80,15 @@ def parse_generate(data: dict[str, Any], model: type[BaseModel], inbound: str, s
     m = validate(model, data)
     params = neutral_params(getattr(m, "parameters", None))
     prompt: str = getattr(m, "inputs")  # noqa: B009 - the field lives on every TGI-shaped model
-    return Request(task=Task.COMPLETION, inbound=inbound, prompt=prompt, stream=stream, params=params, raw=data)
+    return Request(
+        task=Task.COMPLETION,
+        inbound=inbound,
+        prompt=prompt,
+        stream=stream,
+        params=params,
+        raw=data,
+        wants_token_ids=True,
+    )
 
 
 def raw_params(req: Request) -> dict[str, Any]:

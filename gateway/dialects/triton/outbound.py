@@ -12,7 +12,8 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from gateway import jsonutil
-from gateway.adapters import Tokenizer, template_for, tokenizer_for
+from gateway.adapters import Tokenizer, tokenizer_for
+from gateway.adapters.prompt import prompt_text
 from gateway.core.errors import GatewayError, Unsupported
 from gateway.core.params import Fate
 from gateway.core.routing import Backend
@@ -78,27 +79,6 @@ def _options(backend: Backend) -> Options:
     return opts if isinstance(opts, Options) else Options()
 
 
-def _prompt(req: Request, backend: Backend) -> str:
-    if req.task is Task.CHAT:
-        kwargs = req.params.get("chat_template_kwargs") or {}
-        return template_for(backend).render(req.messages or [], **kwargs)
-    if req.prompt_ids is not None:
-        raise Unsupported(
-            f"backend {backend.name!r} (triton) takes text only; send the prompt as text",
-            param="prompt",
-            code="unsupported_parameter",
-        )
-    if isinstance(req.prompt, list):
-        if len(req.prompt) != 1:
-            raise Unsupported(
-                f"backend {backend.name!r} (triton) takes one prompt per request",
-                param="prompt",
-                code="unsupported_parameter",
-            )
-        return req.prompt[0]
-    return req.prompt or ""
-
-
 class TritonOutbound:
     name = "triton"
     options_model: type[BaseModel] = Options
@@ -128,7 +108,7 @@ class TritonOutbound:
             st.expect_final = opts.flavor == "mindie" and details is True
             st.tokenizer = _tokenizer(backend)
             return UpstreamCall(path, jsonutil.dumps(raw), req.stream, state=st)
-        prompt = _prompt(req, backend)
+        prompt = prompt_text(req, backend)
         max_tokens = int(req.params.get("max_tokens") or opts.default_max_tokens)
         body = BUILDERS[opts.flavor](req, prompt, max_tokens, opts.count_tokens)
         stops = req.params.get("stop") or None
