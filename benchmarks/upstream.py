@@ -41,11 +41,40 @@ _STREAM = (
 )
 
 
-async def chat(request: web.Request) -> web.StreamResponse:
-    body = await request.read()
+_CJSON = jsonutil.dumps(
+    {
+        "id": "cmpl-bench",
+        "object": "text_completion",
+        "created": 1,
+        "model": "bench",
+        "choices": [{"index": 0, "text": " Hello from the benchmark upstream.", "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+    }
+)
+_CHEAD = b'data: {"id":"cmpl-bench","object":"text_completion","created":1,"model":"bench","choices":['
+_CSTREAM = (
+    (_CHEAD + b'{"index":0,"text":" tok","finish_reason":null}]}\n\n') * CHUNKS
+    + _CHEAD
+    + b'{"index":0,"text":"","finish_reason":"length"}]}\n\n'
+    + b'data: {"id":"cmpl-bench","object":"text_completion","created":1,"model":"bench","choices":[],'
+    b'"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+    % (CHUNKS, CHUNKS + 5)
+    + b"data: [DONE]\n\n"
+)
+
+
+def _answer(body: bytes, whole: bytes, stream: bytes) -> web.Response:
     if b'"stream":true' in body.replace(b" ", b""):
-        return web.Response(body=_STREAM, content_type="text/event-stream")
-    return web.Response(body=_JSON, content_type="application/json")
+        return web.Response(body=stream, content_type="text/event-stream")
+    return web.Response(body=whole, content_type="application/json")
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    return _answer(await request.read(), _JSON, _STREAM)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return _answer(await request.read(), _CJSON, _CSTREAM)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -54,6 +83,7 @@ async def models(request: web.Request) -> web.Response:
 
 app = web.Application()
 app.router.add_post("/v1/chat/completions", chat)
+app.router.add_post("/v1/completions", completions)
 app.router.add_get("/v1/models", models)
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -25,6 +26,19 @@ def _config_failed(e: ConfigError) -> int:
     for line in e.lines:
         print(f"config error: {line}", file=sys.stderr)
     return 2
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run the server coroutine on uvloop when it is installed (it is on Linux and macOS):
+    the gateway spends most of its time in the event loop and socket I/O, where uvloop is
+    markedly faster; otherwise on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 async def _run(
@@ -107,7 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"config error: backends.{name}.tls: cannot load a certificate, key or CA file: {e}", file=sys.stderr)
             return 2
     try:
-        asyncio.run(_run(create_app(config), host, port, listen_ssl))
+        run_loop(_run(create_app(config), host, port, listen_ssl))
     except OSError as e:
         print(f"cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
         return 1
@@ -143,7 +157,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return 2
     app = create_sim_app(args.dialect, args.model, args.token_delay_ms / 1000.0)
     try:
-        asyncio.run(_run(app, args.host, args.port))
+        run_loop(_run(app, args.host, args.port))
     except OSError as e:
         print(f"cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
         return 1

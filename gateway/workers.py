@@ -38,15 +38,13 @@ MIN_UPTIME_S = 5.0
 
 
 def _worker(config: Config, host: str, port: int, log_format: str, log_level: str, ready: "Queue[int]") -> None:
-    import asyncio
-
     from gateway import logs
     from gateway.app import create_app
-    from gateway.cli import _listen_ssl, _run
+    from gateway.cli import _listen_ssl, _run, run_loop
 
     logs.setup(log_format, log_level)
     try:
-        asyncio.run(
+        run_loop(
             _run(create_app(config), host, port, _listen_ssl(config), reuse_port=True, on_ready=lambda p: ready.put(p))
         )
     except OSError as e:

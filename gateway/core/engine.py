@@ -17,6 +17,7 @@ from gateway.adapters.stops import StopStream, apply_stops
 from gateway.adapters.token_ids import TokenIdStream, fill_token_ids
 from gateway.core.errors import (
     GatewayError,
+    Kind,
     UpstreamClass,
     UpstreamConnectError,
     UpstreamError,
@@ -141,8 +142,10 @@ class ProxyEngine:
                     resp.release()
                 raise upstream_status_error(resp.status, self.codec.error_message(resp.status, body), b.name)
             return resp
+        # No replica took the connection: the service is down (MindIE, TGI, Triton, Databricks: 503).
         raise UpstreamConnectError(
-            f"backend {b.name!r} is unreachable ({type(last).__name__ if last else 'no replicas'})"
+            f"backend {b.name!r} is unreachable ({type(last).__name__ if last else 'no replicas'})",
+            kind=Kind.UNAVAILABLE,
         )
 
     async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult:

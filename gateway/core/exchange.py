@@ -9,9 +9,9 @@ cancellation), which closes the upstream connection on the way out.
 
 import asyncio
 import logging
+import os
 import re
 import time
-import uuid
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -36,7 +36,7 @@ _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 def request_id_of(request: web.Request) -> str:
     """The client's X-Request-Id when it is a plain token, else a fresh one."""
     given = request.headers.get(REQUEST_ID, "")
-    return given if _CLIENT_ID.match(given) else uuid.uuid4().hex
+    return given if _CLIENT_ID.match(given) else os.urandom(16).hex()
 
 
 @dataclass(eq=False)

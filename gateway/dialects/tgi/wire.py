@@ -58,19 +58,22 @@ def neutral_params(p: BaseModel | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if p is None:
         return out
+    # The validated fields, read as a dict: getattr on a pydantic model for a field this
+    # dialect's model lacks takes pydantic's slow exception path, once per name per request.
+    values = p.__dict__
     for wire, name in _PARAM_NAMES.items():
-        v = getattr(p, wire, None)
+        v = values.get(wire)
         if v is not None:
             out[name] = v
-    stop = getattr(p, "stop", None)
+    stop = values.get("stop")
     if stop:
         out["stop"] = [stop] if isinstance(stop, str) else list(stop)
-    best_of = getattr(p, "best_of", None)
+    best_of = values.get("best_of")
     if best_of is not None and best_of > 1:
         out["best_of"] = best_of
-    if getattr(p, "top_n_tokens", None):
+    if values.get("top_n_tokens"):
         raise Unsupported("parameters.top_n_tokens is not supported by the gateway", param="parameters.top_n_tokens")
-    if getattr(p, "grammar", None) is not None:
+    if values.get("grammar") is not None:
         raise Unsupported("parameters.grammar is not supported by the gateway", param="parameters.grammar")
     return out
 
@@ -252,7 +255,12 @@ class HoldBackRenderer:
 
     def error(self, err: GatewayError) -> bytes:
         self._failed = True
-        return self._fl.error_frame(err)
+        out = b""
+        if self._pending is not None:
+            # The held-back token came from the backend before the fault: the client gets it first.
+            out = self._prefix + _dumps(self.token_event(self._pending, self._pending_ms)) + b"\n\n"
+            self._pending = None
+        return out + self._fl.error_frame(err)
 
     def end(self) -> bytes:
         if self._failed:
