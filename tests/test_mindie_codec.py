@@ -11,7 +11,7 @@ from gateway.core.types import Finish, FinishEvent, TextDelta, UsageEvent
 from gateway.dialects.mindie import chat, native
 from gateway.dialects.mindie.outbound import FullTextParser, Options, native_body
 from gateway.dialects.openai.outbound import OpenAIStreamParser
-from gateway.dialects.tgi.wire import GenerateStreamParser
+from gateway.dialects.tgi.reading import GenerateStreamParser
 
 FIX = Path(__file__).parent / "fixtures" / "mindie"
 

@@ -80,3 +80,26 @@ async def test_kept_stop_text_is_cut_in_streams(upstream, make_gateway):
     assert texts == " one "
     finishes = [e["choices"][0]["finish_reason"] for e in events[:-1] if e["choices"]]
     assert finishes[-1] == "stop"
+
+
+async def test_text_generation_client_reads_tokenizer_ids_from_an_openai_backend(
+    upstream, make_gateway, tokenizer_folder
+):
+    """Ids filled in from the tokenizer stay single integers on the TGI wire."""
+    from text_generation import AsyncClient
+
+    from tests.support import sse_reply
+
+    head = b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":['
+    upstream.reply = sse_reply(
+        [
+            head + b'{"index":0,"text":" Hello world","finish_reason":null}]}\n\n',
+            head + b'{"index":0,"text":" again","finish_reason":"length"}]}\n\n',
+            b"data: [DONE]\n\n",
+        ]
+    )
+    gw = await make_gateway(one_route("tgi", "openai", upstream.url, tokenizer=tokenizer_folder))
+    client = AsyncClient(str(gw.make_url("")).rstrip("/"))
+    tokens = [r.token async for r in client.generate_stream("Hi", max_new_tokens=2)]
+    assert [t.text for t in tokens] == [" Hello world", " again"]
+    assert all(isinstance(t.id, int) and t.id > 0 for t in tokens)

@@ -138,7 +138,9 @@ class DatabricksOutbound:
         elif req.task is Task.COMPLETION:
             if req.prompt_ids is not None:
                 raise Unsupported(
-                    f"backend {backend.name!r} (databricks) takes text prompts only, not token ids", param="prompt"
+                    f"backend {backend.name!r} (databricks) takes text prompts only, not token ids",
+                    param="prompt",
+                    code="unsupported_parameter",
                 )
             out = {"prompt": req.prompt}
         else:

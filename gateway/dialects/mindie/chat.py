@@ -7,6 +7,7 @@ raw text line (no `[DONE]`) when the stream fails after it began.
 """
 
 import itertools
+from abc import ABC, abstractmethod
 from typing import Any
 
 from aiohttp import web
@@ -137,7 +138,7 @@ def render_completion(result: Result | EmbeddingResult, req: Request, ctx: Rende
     return _dumps(out)
 
 
-class _MindIEChunks:
+class _MindIEChunks(ABC):
     """Shared plumbing: chunk head, held finish (it goes out with usage in the last chunk)."""
 
     content_type = "text/event-stream"
@@ -160,8 +161,9 @@ class _MindIEChunks:
             assert isinstance(ev, UsageEvent)
             self._usage = ev.usage
 
+    @abstractmethod
     def _last_choice(self, index: int, reason: Finish) -> bytes:
-        raise NotImplementedError
+        """The choice of the closing chunk, which carries the finish reason (and usage)."""
 
     def error(self, err: GatewayError) -> bytes:
         self._failed = True

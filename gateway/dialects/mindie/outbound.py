@@ -21,7 +21,7 @@ from gateway.core.routing import Backend
 from gateway.core.types import EmbeddingResult, Event, Request, Result, Task, TextDelta
 from gateway.dialects.base import StreamParser, UpstreamCall
 from gateway.dialects.openai.outbound import OpenAIOutbound, OpenAIStreamParser, request_body
-from gateway.dialects.tgi import wire
+from gateway.dialects.tgi import reading
 from gateway.dialects.tgi.outbound import tgi_parameters
 
 
@@ -68,7 +68,7 @@ def endpoint(req: Request, opts: Options) -> str:
     if req.task is Task.CHAT:
         return "/v1/chat/completions"
     if req.task is Task.EMBEDDING:
-        raise Unsupported("MindIE backends do not serve embeddings")
+        raise Unsupported("MindIE backends do not serve embeddings", code="unsupported_task")
     if opts.prefer == "openai" or any(req.params.get(k) not in (None, False, []) for k in _OPENAI_ONLY):
         return "/v1/completions"
     return "/infer_token" if req.prompt_ids is not None else "/infer"
@@ -195,17 +195,17 @@ class MindIEOutbound:
         st: _State = call.state
         if call.path.startswith("/v1/"):
             return _OPENAI.parse_result(UpstreamCall(call.path, None, False, state=st.req), body)
-        return wire.parse_object(jsonutil.loads(body), st.prompt_tokens)
+        return reading.parse_object(jsonutil.loads(body), st.prompt_tokens)
 
     def stream_parser(self, call: UpstreamCall) -> StreamParser:
         st: _State = call.state
         if call.path.startswith("/v1/"):
             parser: StreamParser = OpenAIStreamParser(st.req.task is Task.CHAT)
             return FullTextParser(parser) if st.full_text else parser
-        return wire.GenerateStreamParser(st.prompt_tokens)
+        return reading.GenerateStreamParser(st.prompt_tokens)
 
     def error_message(self, status: int, body: bytes) -> str:
-        return wire.error_message(status, body)
+        return reading.error_message(status, body)
 
     def health_path(self, backend: Backend) -> str:
         return "/health"

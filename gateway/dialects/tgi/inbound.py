@@ -49,6 +49,7 @@ FLAVOUR = wire.Flavour(
     detail_tokens_null=False,
     unknown_id=0,  # TGI clients require an integer; 0 marks "not known"
     error_frame=_error_frame,
+    id_lists=False,
 )
 
 

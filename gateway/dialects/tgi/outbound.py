@@ -19,7 +19,7 @@ from gateway.core.params import Fate
 from gateway.core.routing import Backend
 from gateway.core.types import EmbeddingResult, Request, Result, Task
 from gateway.dialects.base import NoOptions, UpstreamCall
-from gateway.dialects.tgi import wire
+from gateway.dialects.tgi import reading, wire
 
 _FATES: dict[str, Fate] = {
     "stop": Fate.EMULATE,
@@ -88,7 +88,7 @@ class TGIOutbound:
         if req.task is Task.EMBEDDING:
             from gateway.core.errors import Unsupported
 
-            raise Unsupported(f"backend {backend.name!r} (tgi) does not serve embeddings")
+            raise Unsupported(f"backend {backend.name!r} (tgi) does not serve embeddings", code="unsupported_task")
         params = tgi_parameters(req.params, req.params.get("max_tokens"))
         params["details"] = True  # finish reason and token counts come only with details
         params["return_full_text"] = False  # the prompt is prepended by the gateway when asked
@@ -107,13 +107,13 @@ class TGIOutbound:
     def parse_result(self, call: UpstreamCall, body: bytes) -> Result | EmbeddingResult:
         # TGI reports the prompt's token count only in a response header.
         prompt_tokens = _header_int(call.response_headers, "x-prompt-tokens") or call.state.prompt_tokens
-        return wire.parse_object(jsonutil.loads(body), prompt_tokens)
+        return reading.parse_object(jsonutil.loads(body), prompt_tokens)
 
-    def stream_parser(self, call: UpstreamCall) -> wire.GenerateStreamParser:
-        return wire.GenerateStreamParser(call.state.prompt_tokens)
+    def stream_parser(self, call: UpstreamCall) -> reading.GenerateStreamParser:
+        return reading.GenerateStreamParser(call.state.prompt_tokens)
 
     def error_message(self, status: int, body: bytes) -> str:
-        return wire.error_message(status, body)
+        return reading.error_message(status, body)
 
     def health_path(self, backend: Backend) -> str:
         return "/health"

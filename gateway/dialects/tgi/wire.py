@@ -2,10 +2,12 @@
 
 A `Flavour` holds the few ways MindIE's copy of the wire differs from Hugging Face's (framing
 space, `index`, prompt separator, extra detail keys); everything else (request mapping, whole
-answers, the stream renderer with its one-token hold-back, and the stream parser) lives here once.
+answers, the stream renderer with its one-token hold-back) lives here once; reading a TGI-wire
+upstream is in `reading`.
 """
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,9 +15,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway import jsonutil
-from gateway.core.errors import GatewayError, Unsupported, UpstreamClass, UpstreamError
+from gateway.core.errors import GatewayError, Unsupported
 from gateway.core.finish import TGI as TGI_FINISH
-from gateway.core.finish import parse_finish
 from gateway.core.types import (
     Choice,
     EmbeddingResult,
@@ -31,7 +32,6 @@ from gateway.core.types import (
 )
 from gateway.core.validation import validate
 from gateway.dialects.base import RenderContext
-from gateway.sse import SSEDecoder
 
 _dumps = jsonutil.dumps
 
@@ -103,11 +103,12 @@ def wants_details(req: Request) -> bool:
     return bool(raw_params(req).get("details"))
 
 
-def ids_value(ids: list[int] | None, unknown: int | None) -> int | list[int] | None:
-    """One id as a number, several (multi-token steps) as a list, none as the flavour's unknown."""
+def ids_value(ids: list[int] | None, unknown: int | None, lists: bool = True) -> int | list[int] | None:
+    """One id as a number, several as a list (or the first, where lists are not allowed), none
+    as the flavour's unknown."""
     if not ids:
         return unknown
-    return ids[0] if len(ids) == 1 else ids
+    return ids[0] if len(ids) == 1 or not lists else ids
 
 
 def ids_list(value: Any) -> list[int] | None:
@@ -130,6 +131,9 @@ class Flavour:
     detail_tokens_null: bool  # details.tokens are ids with null text/logprob/special (MindIE)
     unknown_id: int | None  # what token.id says when the backend gave none
     error_frame: Callable[[GatewayError], bytes]
+    # token.id may be a list when one piece of text holds several ids (MindIE); TGI clients
+    # parse it as one integer, so there the first id stands for the piece.
+    id_lists: bool = True
 
 
 def _generated_tokens(usage: Usage | None, ids: list[int] | None, fallback: int) -> int:
@@ -173,7 +177,7 @@ def render_result(fl: Flavour, array: bool) -> Callable[[Result | EmbeddingResul
     return render
 
 
-class HoldBackRenderer:
+class HoldBackRenderer(ABC):
     """Stream renderer base: each token goes out when the next arrives, so the last one can ride
     in the final event, as TGI and MindIE both send it. Subclasses shape the two event kinds."""
 
@@ -230,14 +234,15 @@ class HoldBackRenderer:
         self._t_last = now
         return round((now - base) * 1000, 2)
 
+    @abstractmethod
     def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:
         """One token's event; `ms` is how long after the previous token (or the start) it came."""
-        raise NotImplementedError
 
+    @abstractmethod
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """The closing event: the last token (if any), the whole text and the details."""
 
     def details(self) -> dict[str, Any]:
         u = self._usage
@@ -284,7 +289,12 @@ class TGIStreamRenderer(HoldBackRenderer):
     def _token(self, d: TextDelta | None) -> dict[str, Any]:
         if d is None:
             return {"id": self._fl.unknown_id, "text": "", "logprob": None, "special": False}
-        return {"id": ids_value(d.token_ids, self._fl.unknown_id), "text": d.text, "logprob": None, "special": False}
+        return {
+            "id": ids_value(d.token_ids, self._fl.unknown_id, self._fl.id_lists),
+            "text": d.text,
+            "logprob": None,
+            "special": False,
+        }
 
     def _event(self, d: TextDelta | None) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -311,134 +321,3 @@ def stream_renderer(fl: Flavour) -> Callable[[Request, RenderContext], TGIStream
 
 
 # ---- outbound: parsing what a TGI-style server sends -----------------------------------------
-
-
-def _midstream(text: str) -> UpstreamError:
-    return UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
-
-
-def error_text(obj: Any) -> str:
-    """The message of a `{"error", "error_type"}` body; MindIE sometimes JSON-encodes it twice."""
-    if isinstance(obj, dict):
-        err = obj.get("error", obj.get("Error"))
-        if isinstance(err, str):
-            if err.startswith("{"):
-                try:
-                    return error_text(jsonutil.loads(err))
-                except jsonutil.JSONDecodeError:
-                    pass
-            return err
-        if err is not None:
-            return str(err)
-    return str(obj)[:500]
-
-
-def error_message(status: int, body: bytes) -> str:
-    try:
-        return error_text(jsonutil.loads(body))
-    except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
-
-
-def parse_object(obj: Any, prompt_tokens: int | None = None) -> Result:
-    """A whole TGI/MindIE answer (object, or the one-element array of `POST /`) to a Result."""
-    if isinstance(obj, list):
-        obj = obj[0]
-    if not isinstance(obj, dict):
-        raise ValueError("not an object")
-    if "error" in obj and "generated_text" not in obj:
-        raise UpstreamError(f"backend error: {error_text(obj)}", upstream_class=UpstreamClass.PROTOCOL)
-    text = obj["generated_text"]
-    if not isinstance(text, str):
-        raise ValueError("generated_text is not a string")
-    details = obj.get("details") or {}
-    ids = details.get("generated_token_ids")
-    if not isinstance(ids, list):
-        toks = details.get("tokens")
-        ids = [i for t in toks for i in ids_list(t.get("id")) or ()] if isinstance(toks, list) and toks else None
-    finish = parse_finish(details.get("finish_reason")) if details else None
-    completion = details.get("generated_tokens")
-    prompt = details.get("prompt_tokens", details.get("input_length", prompt_tokens))
-    usage = Usage(prompt, completion) if completion is not None or prompt is not None else None
-    return Result([Choice(0, text, finish=finish or Finish.EOS, token_ids=ids or None)], usage)
-
-
-class GenerateStreamParser:
-    """TGI `/generate_stream`, MindIE TGI-style and native streams, to neutral events.
-
-    Accepts `data:` with or without a space, keep-alive comments, `token.id` as a number or a
-    list, a final event whose token text is null (MindIE native: the last piece is recovered
-    from `generated_text`), in-band `{"error"}` events, and raw text lines (MindIE's mid-stream
-    failure), which become an UpstreamError; a stream without its final event is truncated.
-    """
-
-    __slots__ = ("_decoder", "_error", "_final", "_prompt_tokens", "_sent")
-
-    def __init__(self, prompt_tokens: int | None = None) -> None:
-        self._error: Exception | None = None
-        self._decoder = SSEDecoder()
-        self._final = False
-        self._sent: list[str] = []
-        self._prompt_tokens = prompt_tokens
-
-    def feed(self, data: bytes) -> list[Event]:
-        if self._error is not None:
-            raise self._error
-        out: list[Event] = []
-        try:
-            for ev in self._decoder.feed(data):
-                self._event(ev.data, out)
-            self._check_stray()
-        except (UpstreamError, ValueError, KeyError, TypeError, AttributeError) as e:
-            # Tokens that arrived in the same read as the fault still reach the client first.
-            if not out:
-                raise
-            self._error = e
-        return out
-
-    def close(self) -> list[Event]:
-        if self._error is not None:
-            raise self._error
-        out: list[Event] = []
-        for ev in self._decoder.feed(b"\n\n") + self._decoder.close():
-            self._event(ev.data, out)
-        self._check_stray()
-        if not self._final:
-            raise UpstreamError("backend stream ended before its final event", upstream_class=UpstreamClass.MIDSTREAM)
-        return out
-
-    def _check_stray(self) -> None:
-        if self._decoder.stray:
-            raise _midstream(b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500])
-
-    def _event(self, data: bytes, out: list[Event]) -> None:
-        if self._final:
-            return
-        try:
-            obj = jsonutil.loads(data)
-        except jsonutil.JSONDecodeError:
-            raise _midstream(data.decode("utf-8", "replace")[:500]) from None
-        if not isinstance(obj, dict):
-            raise _midstream(data.decode("utf-8", "replace")[:500])
-        if "error" in obj:
-            raise UpstreamError(f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM)
-        tok = obj.get("token") or {}
-        ids = ids_list(tok.get("id"))
-        text = tok.get("text")
-        if isinstance(text, str) and text and not tok.get("special"):
-            out.append(TextDelta(text, 0, None, ids))
-            self._sent.append(text)
-            ids = None
-        gen = obj.get("generated_text")
-        if gen is None:
-            return
-        self._final = True
-        sent = "".join(self._sent)
-        if isinstance(gen, str) and len(gen) > len(sent) and gen.startswith(sent):
-            out.append(TextDelta(gen[len(sent) :], 0, None, ids))
-        details = obj.get("details") or {}
-        out.append(FinishEvent(parse_finish(details.get("finish_reason")) or Finish.EOS))
-        prompt = details.get("prompt_tokens", details.get("input_length", self._prompt_tokens))
-        completion = details.get("generated_tokens")
-        if prompt is not None or completion is not None:
-            out.append(UsageEvent(Usage(prompt, completion)))

@@ -1,0 +1,142 @@
+"""Reading a TGI-wire upstream (Hugging Face TGI, MindIE's TGI-style and native routes):
+whole answers, error bodies and the SSE stream, to the neutral form."""
+
+from typing import Any
+
+from gateway import jsonutil
+from gateway.core.errors import UpstreamClass, UpstreamError
+from gateway.core.finish import parse_finish
+from gateway.core.types import Choice, Event, Finish, FinishEvent, Result, TextDelta, Usage, UsageEvent
+from gateway.dialects.tgi.wire import ids_list
+from gateway.sse import SSEDecoder
+
+
+def _midstream(text: str) -> UpstreamError:
+    return UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
+
+
+def error_text(obj: Any) -> str:
+    """The message of a `{"error", "error_type"}` body; MindIE sometimes JSON-encodes it twice."""
+    if isinstance(obj, dict):
+        err = obj.get("error", obj.get("Error"))
+        if isinstance(err, str):
+            if err.startswith("{"):
+                try:
+                    return error_text(jsonutil.loads(err))
+                except jsonutil.JSONDecodeError:
+                    pass
+            return err
+        if err is not None:
+            return str(err)
+    return str(obj)[:500]
+
+
+def error_message(status: int, body: bytes) -> str:
+    try:
+        return error_text(jsonutil.loads(body))
+    except jsonutil.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+
+
+def parse_object(obj: Any, prompt_tokens: int | None = None) -> Result:
+    """A whole TGI/MindIE answer (object, or the one-element array of `POST /`) to a Result."""
+    if isinstance(obj, list):
+        obj = obj[0]
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    if "error" in obj and "generated_text" not in obj:
+        raise UpstreamError(f"backend error: {error_text(obj)}", upstream_class=UpstreamClass.PROTOCOL)
+    text = obj["generated_text"]
+    if not isinstance(text, str):
+        raise ValueError("generated_text is not a string")
+    details = obj.get("details") or {}
+    ids = details.get("generated_token_ids")
+    if not isinstance(ids, list):
+        toks = details.get("tokens")
+        ids = [i for t in toks for i in ids_list(t.get("id")) or ()] if isinstance(toks, list) and toks else None
+    finish = parse_finish(details.get("finish_reason")) if details else None
+    completion = details.get("generated_tokens")
+    prompt = details.get("prompt_tokens", details.get("input_length", prompt_tokens))
+    usage = Usage(prompt, completion) if completion is not None or prompt is not None else None
+    return Result([Choice(0, text, finish=finish or Finish.EOS, token_ids=ids or None)], usage)
+
+
+class GenerateStreamParser:
+    """TGI `/generate_stream`, MindIE TGI-style and native streams, to neutral events.
+
+    Accepts `data:` with or without a space, keep-alive comments, `token.id` as a number or a
+    list, a final event whose token text is null (MindIE native: the last piece is recovered
+    from `generated_text`), in-band `{"error"}` events, and raw text lines (MindIE's mid-stream
+    failure), which become an UpstreamError; a stream without its final event is truncated.
+    """
+
+    __slots__ = ("_decoder", "_error", "_final", "_prompt_tokens", "_sent")
+
+    def __init__(self, prompt_tokens: int | None = None) -> None:
+        self._error: Exception | None = None
+        self._decoder = SSEDecoder()
+        self._final = False
+        self._sent: list[str] = []
+        self._prompt_tokens = prompt_tokens
+
+    def feed(self, data: bytes) -> list[Event]:
+        if self._error is not None:
+            raise self._error
+        out: list[Event] = []
+        try:
+            for ev in self._decoder.feed(data):
+                self._event(ev.data, out)
+            self._check_stray()
+        except (UpstreamError, ValueError, KeyError, TypeError, AttributeError) as e:
+            # Tokens that arrived in the same read as the fault still reach the client first.
+            if not out:
+                raise
+            self._error = e
+        return out
+
+    def close(self) -> list[Event]:
+        if self._error is not None:
+            raise self._error
+        out: list[Event] = []
+        for ev in self._decoder.feed(b"\n\n") + self._decoder.close():
+            self._event(ev.data, out)
+        self._check_stray()
+        if not self._final:
+            raise UpstreamError("backend stream ended before its final event", upstream_class=UpstreamClass.MIDSTREAM)
+        return out
+
+    def _check_stray(self) -> None:
+        if self._decoder.stray:
+            raise _midstream(b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500])
+
+    def _event(self, data: bytes, out: list[Event]) -> None:
+        if self._final:
+            return
+        try:
+            obj = jsonutil.loads(data)
+        except jsonutil.JSONDecodeError:
+            raise _midstream(data.decode("utf-8", "replace")[:500]) from None
+        if not isinstance(obj, dict):
+            raise _midstream(data.decode("utf-8", "replace")[:500])
+        if "error" in obj:
+            raise UpstreamError(f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM)
+        tok = obj.get("token") or {}
+        ids = ids_list(tok.get("id"))
+        text = tok.get("text")
+        if isinstance(text, str) and text and not tok.get("special"):
+            out.append(TextDelta(text, 0, None, ids))
+            self._sent.append(text)
+            ids = None
+        gen = obj.get("generated_text")
+        if gen is None:
+            return
+        self._final = True
+        sent = "".join(self._sent)
+        if isinstance(gen, str) and len(gen) > len(sent) and gen.startswith(sent):
+            out.append(TextDelta(gen[len(sent) :], 0, None, ids))
+        details = obj.get("details") or {}
+        out.append(FinishEvent(parse_finish(details.get("finish_reason")) or Finish.EOS))
+        prompt = details.get("prompt_tokens", details.get("input_length", self._prompt_tokens))
+        completion = details.get("generated_tokens")
+        if prompt is not None or completion is not None:
+            out.append(UsageEvent(Usage(prompt, completion)))
