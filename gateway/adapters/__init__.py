@@ -69,4 +69,17 @@ def template_for(backend: Backend) -> ChatTemplate:
     return tpl
 
 
-__all__ = ["ChatTemplate", "IncrementalDetokenizer", "Tokenizer", "template_for", "tokenizer_for"]
+def count_tokens(backend: Backend, text: str) -> int | None:
+    """The backend tokenizer's count for `text`, or None when no tokenizer is configured:
+    usage for backends that do not report prompt tokens is counted, never guessed."""
+    return tokenizer_for(backend).count(text) if backend.conf.tokenizer else None
+
+
+__all__ = [
+    "ChatTemplate",
+    "IncrementalDetokenizer",
+    "Tokenizer",
+    "count_tokens",
+    "template_for",
+    "tokenizer_for",
+]

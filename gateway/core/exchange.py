@@ -143,6 +143,7 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             created=int(time.time()),
             model=req.model or route.backend.model or route.name,
             passthrough=route.engine.passthrough_dialect == req.inbound,
+            started=ex.start,
         )
         if req.stream and ep.stream_renderer is not None:
             batch.check_stream(route.engine, req)

@@ -101,6 +101,9 @@ class RenderContext:
     created: int
     model: str
     passthrough: bool = False
+    # time.perf_counter() when the request arrived, for timings a dialect reports (MindIE's
+    # prefill_time is the client's time to first token).
+    started: float = 0.0
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import jsonutil
+from gateway.adapters import count_tokens
 from gateway.core.errors import Unsupported
 from gateway.core.params import Fate
 from gateway.core.routing import Backend
@@ -187,8 +188,14 @@ class MindIEOutbound:
         opts = _options(backend)
         path = endpoint(req, opts)
         body = openai_body(req, backend, opts) if path.startswith("/v1/") else native_body(req, opts)
-        # /infer_token reports no prompt count; the input's length is it.
-        prompt_tokens = len(body["input_id"]) if "input_id" in body else None
+        # The native routes report no prompt count: it is the input's length for /infer_token,
+        # and the tokenizer's count (when configured) for /infer.
+        if "input_id" in body:
+            prompt_tokens: int | None = len(body["input_id"])
+        elif isinstance(body.get("inputs"), str):
+            prompt_tokens = count_tokens(backend, body["inputs"])
+        else:
+            prompt_tokens = None
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=_State(req, opts.full_text, prompt_tokens))
 
     def parse_result(self, call: UpstreamCall, body: bytes) -> Result | EmbeddingResult:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway import jsonutil
-from gateway.adapters import tokenizer_for
+from gateway.adapters import count_tokens
 from gateway.adapters.prompt import prompt_text
 from gateway.core.params import Fate
 from gateway.core.routing import Backend
@@ -100,7 +100,7 @@ class TGIOutbound:
                     params[key] = rp[key]
         prompt = prompt_text(req, backend)
         body = {"inputs": prompt, "parameters": params}
-        state = _State(req, tokenizer_for(backend).count(prompt) if backend.conf.tokenizer else None)
+        state = _State(req, count_tokens(backend, prompt))
         path = "/generate_stream" if req.stream else "/generate"
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=state)
 

@@ -195,7 +195,7 @@ class HoldBackRenderer(ABC):
         self._usage: Usage | None = None
         self._failed = False
         self._details = wants_details(req)
-        self._t0 = time.perf_counter()
+        self._t0 = ctx.started or time.perf_counter()
         self._t_last = 0.0
         # When the held-back token arrived: ms since the previous one (or since the start).
         self._pending_ms = 0.0
