@@ -22,7 +22,7 @@ from gateway.core.errors import GatewayError, Overloaded, PayloadTooLarge, Unaut
 from gateway.core.params import DROPPED_HEADER
 from gateway.core.routing import Route, RouteGroup
 from gateway.core.types import Event, ReasoningDelta, Request, TextDelta, ToolCallDelta, UsageEvent
-from gateway.dialects.base import Endpoint, Inbound, RenderContext
+from gateway.dialects.base import SIMULATED_SERVER, Endpoint, Inbound, RenderContext
 from gateway.logs import access_log
 from gateway.metrics import Metrics
 
@@ -144,6 +144,7 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             model=req.model or route.backend.model or route.name,
             passthrough=route.engine.passthrough_dialect == req.inbound,
             started=ex.start,
+            server=request.app.get(SIMULATED_SERVER),
         )
         if req.stream and ep.stream_renderer is not None:
             batch.check_stream(route.engine, req)

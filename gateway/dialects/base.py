@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from gateway.core.routing import Backend, RouteGroup
 
 
+# On a simulator's app: the validated options describing the server it imitates.
+SIMULATED_SERVER = web.AppKey("simulated_server", BaseModel)
+
+
 class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -104,6 +108,9 @@ class RenderContext:
     # time.perf_counter() when the request arrived, for timings a dialect reports (MindIE's
     # prefill_time is the client's time to first token).
     started: float = 0.0
+    # Set only when a simulator serves the request: the options of the server it imitates (the
+    # dialect's backend `options_model`), so a renderer can answer as that server would.
+    server: BaseModel | None = None
 
 
 @dataclass(slots=True)

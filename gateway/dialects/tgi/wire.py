@@ -178,8 +178,10 @@ def render_result(fl: Flavour, array: bool) -> Callable[[Result | EmbeddingResul
 
 
 class HoldBackRenderer(ABC):
-    """Stream renderer base: each token goes out when the next arrives, so the last one can ride
-    in the final event, as TGI and MindIE both send it. Subclasses shape the two event kinds."""
+    """Stream renderer base. TGI and MindIE send the last token inside the final event; when a
+    backend delivers that token and the finish together (TGI and MindIE backends do), it is held
+    for the final event. Otherwise every token goes out the moment it arrives and the final event
+    carries an empty token: no token ever waits for the next one. Subclasses shape the events."""
 
     content_type = "text/event-stream"
 
@@ -204,20 +206,30 @@ class HoldBackRenderer(ABC):
         return b""
 
     def render(self, events: list[Event]) -> bytes:
+        # The token that rides in the final event: the last one before a finish in this batch.
+        ride = -1
+        last_text = -1
+        for i, ev in enumerate(events):
+            if isinstance(ev, TextDelta):
+                if ev.index == 0:
+                    last_text = i
+            elif isinstance(ev, FinishEvent) and ev.index == 0:
+                ride = last_text
         out = b""
-        for ev in events:
+        for i, ev in enumerate(events):
             t = type(ev)
             if t is TextDelta:
                 assert isinstance(ev, TextDelta)
                 if ev.index != 0:
                     continue
-                if self._pending is not None:
-                    out += self._prefix + _dumps(self.token_event(self._pending, self._pending_ms)) + b"\n\n"
-                self._pending = ev
-                self._pending_ms = self.elapsed_ms()
+                ms = self.elapsed_ms()
                 self._texts.append(ev.text)
                 self._n_deltas += 1
                 self._n_ids += len(ev.token_ids or ())
+                if i == ride:
+                    self._pending, self._pending_ms = ev, ms
+                else:
+                    out += self._prefix + _dumps(self.token_event(ev, ms)) + b"\n\n"
             elif t is FinishEvent:
                 assert isinstance(ev, FinishEvent)
                 if ev.index == 0:
@@ -275,7 +287,8 @@ class HoldBackRenderer(ABC):
         if rp.get("return_full_text") and isinstance(self._req.prompt, str):
             text = self._req.prompt + self._fl.prompt_sep + text
         details = self.details() if self._details else None
-        event = self.final_event(self._pending, self._pending_ms, text, details)
+        ms = self._pending_ms if self._pending is not None else self.elapsed_ms()
+        event = self.final_event(self._pending, ms, text, details)
         return self._prefix + _dumps(event) + b"\n\n"
 
 
