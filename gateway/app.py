@@ -102,7 +102,8 @@ def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def
 
         runners = []
         for b in backends:
-            sim = create_sim_app(b.conf.dialect)
+            # The simulator imitates the server the backend's options describe (Triton's flavour).
+            sim = create_sim_app(b.conf.dialect, options=b.conf.options)
             sim[SERVICES].access_log = False  # the gateway's own line for the request is enough
             runner = web.AppRunner(sim, handler_cancellation=True, access_log=None)
             await runner.setup()

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway import jsonutil
 from gateway.config import Config, ConfigError, embedded_default, load_config
 
 log = logging.getLogger("gateway")
@@ -148,6 +149,20 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def sim_options(pairs: list[str]) -> dict[str, Any]:
+    """`--option NAME=VALUE` pairs; a value is JSON when it parses as JSON, else a string."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, eq, text = pair.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--option {pair!r}: expected NAME=VALUE")
+        try:
+            out[name] = jsonutil.loads(text)
+        except jsonutil.JSONDecodeError:
+            out[name] = text
+    return out
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from gateway import dialects
     from gateway.simulator.server import create_sim_app
@@ -155,7 +170,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.dialect not in dialects.available():
         print(f"unknown dialect {args.dialect!r}; available: {', '.join(dialects.available())}", file=sys.stderr)
         return 2
-    app = create_sim_app(args.dialect, args.model, args.token_delay_ms / 1000.0)
+    try:
+        app = create_sim_app(args.dialect, args.model, args.token_delay_ms / 1000.0, sim_options(args.option))
+    except ValueError as e:
+        print(str(e), file=sys.stderr)
+        return 2
     try:
         run_loop(_run(app, args.host, args.port))
     except OSError as e:
@@ -187,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--port", type=int, default=8000)
     m.add_argument("--model", help="serve only this model name (default: accept any)")
     m.add_argument("--token-delay-ms", type=float, default=0.0, help="pause before each streamed token")
+    m.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="describe the simulated server with the dialect's backend options (e.g. flavor=vllm); repeatable",
+    )
     m.set_defaults(func=cmd_simulate)
     return p
 

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -115,6 +116,17 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes") from None
+
+
+def handler(
+    ep: Endpoint, group: RouteGroup, inbound: Inbound
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler of one inference path: `serve` bound to its endpoint and routes."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await serve(request, ep, group, inbound)
+
+    return handle
 
 
 async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: Inbound) -> web.StreamResponse:

@@ -1,8 +1,8 @@
 """A small deterministic fake model: the same request always gets the same answer.
 
 It echoes the start of the prompt back inside a fixed sentence, honours max tokens, stop
-strings, n, tools and logprobs, and counts tokens as whitespace-separated words, so every
-dialect's fields can be exercised without a GPU.
+strings (kept in the text with include_stop_str_in_output), n, tools and logprobs, and counts
+tokens as whitespace-separated words, so every dialect's fields can be exercised without a GPU.
 """
 
 import hashlib
@@ -87,8 +87,10 @@ def generate(req: Request, index: int = 0) -> Generation:
     stops = req.params.get("stop") or ()
     if stops:
         text = "".join(tokens)
-        cut = min((text.find(s) for s in stops if s and s in text), default=-1)
-        if cut >= 0:
+        hits = [(text.find(s), s) for s in stops if s and s in text]
+        if hits:
+            at, stop = min(hits)
+            cut = at + len(stop) if req.params.get("include_stop_str_in_output") else at
             kept, pos = [], 0
             for t in tokens:
                 if pos + len(t) <= cut:

@@ -5,25 +5,49 @@ as the engine behind it; so the simulator's wire format is the gateway's own ren
 dialect, held to the same fixtures.
 """
 
+from typing import Any
+
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
 from gateway import dialects
 from gateway.config import Backend as BackendConf
 from gateway.core.exchange import SERVICES, Services
 from gateway.core.routing import Backend, Route, RouteGroup
+from gateway.dialects.base import SIMULATED_SERVER
 from gateway.metrics import Metrics
 from gateway.simulator.engine import SimEngine
 
 
-def create_sim_app(dialect: str, model: str | None = None, token_delay_s: float = 0.0) -> web.Application:
+class SimOptionError(ValueError):
+    """An option that does not describe a server of the dialect; the message is one line."""
+
+
+def server_options(dialect: str, options: dict[str, Any] | None) -> BaseModel:
+    """The options of the simulated server, checked against the dialect's backend options: a
+    simulator imitates the kind of server a backend of that dialect talks to."""
+    model = dialects.get(dialect).outbound.options_model
+    try:
+        return model.model_validate(options or {})
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "options"
+        raise SimOptionError(f"invalid option for a {dialect} simulator: {where}: {err['msg']}") from None
+
+
+def create_sim_app(
+    dialect: str, model: str | None = None, token_delay_s: float = 0.0, options: dict[str, Any] | None = None
+) -> web.Application:
     d = dialects.get(dialect)
+    server = server_options(dialect, options)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     # The simulator records no metrics: with worker processes they would land in the gateway's.
     app[SERVICES] = Services(
         metrics=Metrics(enabled=False), api_keys=None, max_body_bytes=64 * 1024 * 1024, max_concurrent=1 << 30
     )
     conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model")
-    backend = Backend("simulator", conf, d, d.outbound.options_model(), [], {})
+    app[SIMULATED_SERVER] = server
+    backend = Backend("simulator", conf, d, server, [], {})
     route = Route("simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s))
     d.inbound.mount(app.router, "", RouteGroup(dialect, "", [route]))
 

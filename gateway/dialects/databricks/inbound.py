@@ -13,13 +13,14 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.core.errors import GatewayError, InvalidRequest, Kind, UpstreamClass
-from gateway.core.exchange import check_auth, serve
+from gateway.core.exchange import check_auth, handler
 from gateway.core.routing import RouteGroup
-from gateway.core.types import Message, Request, Task
+from gateway.core.types import Request, Task
 from gateway.core.validation import load_object, validate
 from gateway.dialects.base import Endpoint
 from gateway.dialects.databricks import render
 from gateway.dialects.databricks.schema import ChatRequest, CompletionRequest, EmbeddingRequest
+from gateway.dialects.openai.inbound import messages_from
 
 # Fields copied into neutral params as they are, when set.
 _SHARED = ("temperature", "top_p", "top_k", "max_tokens", "seed", "presence_penalty", "frequency_penalty", "user")
@@ -61,15 +62,7 @@ def parse_chat(body: bytes, request: web.Request | None = None, data: dict[str, 
             params[name] = v
     if m.logprobs:
         params["logprobs"] = True
-    messages = [
-        Message(
-            role=msg["role"],
-            content=msg.get("content"),
-            tool_calls=msg.get("tool_calls"),
-            tool_call_id=msg.get("tool_call_id"),
-        )
-        for msg in data["messages"]
-    ]
+    messages = messages_from(data["messages"])
     return Request(
         task=Task.CHAT,
         inbound="databricks",
@@ -214,12 +207,6 @@ class DatabricksInbound:
         return web.Response(status=status, body=jsonutil.dumps(error_body(err)), content_type="application/json")
 
     def mount(self, router: web.UrlDispatcher, prefix: str, group: RouteGroup) -> None:
-        def handler(ep: Endpoint) -> Any:
-            async def handle(request: web.Request) -> web.StreamResponse:
-                return await serve(request, ep, group, self)
-
-            return handle
-
         async def get_endpoint(request: web.Request) -> web.Response:
             # The control-plane view of one endpoint, enough for a readiness probe (state.ready).
             name = request.match_info["name"]
@@ -231,8 +218,8 @@ class DatabricksInbound:
             body = {"name": name, "state": {"ready": "READY", "config_update": "NOT_UPDATING"}}
             return web.Response(body=jsonutil.dumps(body), content_type="application/json")
 
-        router.add_post(prefix + "/serving-endpoints/{name}/invocations", handler(INVOCATIONS))
-        router.add_post(prefix + "/serving-endpoints/chat/completions", handler(CHAT))
-        router.add_post(prefix + "/serving-endpoints/completions", handler(COMPLETION))
-        router.add_post(prefix + "/serving-endpoints/embeddings", handler(EMBEDDING))
+        router.add_post(prefix + "/serving-endpoints/{name}/invocations", handler(INVOCATIONS, group, self))
+        router.add_post(prefix + "/serving-endpoints/chat/completions", handler(CHAT, group, self))
+        router.add_post(prefix + "/serving-endpoints/completions", handler(COMPLETION, group, self))
+        router.add_post(prefix + "/serving-endpoints/embeddings", handler(EMBEDDING, group, self))
         router.add_get(prefix + "/api/2.0/serving-endpoints/{name}", get_endpoint)

@@ -35,6 +35,7 @@ from gateway.dialects.mindie.native import raw_error
 from gateway.dialects.mindie.schema import MindIEChatRequest, MindIECompletionRequest, VllmGenerateRequest
 from gateway.dialects.openai.inbound import parse_chat as openai_parse_chat
 from gateway.dialects.openai.inbound import parse_completion as openai_parse_completion
+from gateway.dialects.openai.render import tool_call_delta
 from gateway.sse import DONE_FRAME
 
 _dumps = jsonutil.dumps
@@ -215,13 +216,7 @@ class ChatStreamRenderer(_MindIEChunks):
                 )
             elif t is ToolCallDelta:
                 assert isinstance(ev, ToolCallDelta)
-                call: dict[str, Any] = {"index": ev.call_index}
-                if ev.id is not None:
-                    call["id"] = ev.id
-                    call["type"] = "function"
-                fn: dict[str, Any] = {} if ev.name is None else {"name": ev.name}
-                fn["arguments"] = ev.arguments
-                call["function"] = fn
+                call = tool_call_delta(ev)
                 parts.append(
                     self._frame(
                         b'{"index":%d,"delta":{"role":"assistant","tool_calls":[%b]},"finish_reason":null}'

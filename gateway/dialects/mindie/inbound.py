@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.core.errors import GatewayError, InvalidRequest, Kind, NotFound
-from gateway.core.exchange import check_auth, serve
+from gateway.core.exchange import check_auth, handler
 from gateway.core.routing import RouteGroup
 from gateway.core.types import EmbeddingResult, Request, Result
 from gateway.core.validation import load_object
@@ -131,12 +131,6 @@ class MindIEInbound:
     def mount(self, router: web.UrlDispatcher, prefix: str, group: RouteGroup) -> None:
         started = int(time.time())
 
-        def handler(ep: Endpoint) -> Any:
-            async def handle(request: web.Request) -> web.StreamResponse:
-                return await serve(request, ep, group, self)
-
-            return handle
-
         async def list_models(request: web.Request) -> web.Response:
             try:
                 check_auth(request)
@@ -159,14 +153,14 @@ class MindIEInbound:
             return web.json_response({"status": "healthy"}, dumps=jsonutil.dumps_str)
 
         for path in ("/infer", "/infer_token"):
-            router.add_post(prefix + path, handler(INFER))
-        router.add_post(prefix + "/generate", handler(GENERATE))
-        router.add_post(prefix + "/generate_stream", handler(GENERATE_STREAM))
-        router.add_post(prefix + "/", handler(COMPAT))
+            router.add_post(prefix + path, handler(INFER, group, self))
+        router.add_post(prefix + "/generate", handler(GENERATE, group, self))
+        router.add_post(prefix + "/generate_stream", handler(GENERATE_STREAM, group, self))
+        router.add_post(prefix + "/", handler(COMPAT, group, self))
         if prefix:
-            router.add_post(prefix, handler(COMPAT))
-        router.add_post(prefix + "/v1/chat/completions", handler(CHAT))
-        router.add_post(prefix + "/v1/completions", handler(COMPLETION))
+            router.add_post(prefix, handler(COMPAT, group, self))
+        router.add_post(prefix + "/v1/chat/completions", handler(CHAT, group, self))
+        router.add_post(prefix + "/v1/completions", handler(COMPLETION, group, self))
         router.add_get(prefix + "/v1/models", list_models)
         router.add_get(prefix + "/health", health)
         router.add_get(prefix + "/health/timed", health_timed)

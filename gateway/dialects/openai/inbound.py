@@ -7,7 +7,7 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.core.errors import GatewayError, Kind, NotFound
-from gateway.core.exchange import check_auth, serve
+from gateway.core.exchange import check_auth, handler
 from gateway.core.routing import RouteGroup
 from gateway.core.types import Message, Request, Task
 from gateway.core.validation import load_object, validate
@@ -48,6 +48,20 @@ def _common(data: dict[str, Any], m: Any, params: dict[str, Any]) -> None:
         params["stop"] = [m.stop] if isinstance(m.stop, str) else list(m.stop)
 
 
+def messages_from(items: list[dict[str, Any]]) -> list[Message]:
+    """Validated OpenAI-form message dicts to neutral messages."""
+    return [
+        Message(
+            role=msg["role"],
+            content=msg.get("content"),
+            name=msg.get("name"),
+            tool_calls=msg.get("tool_calls"),
+            tool_call_id=msg.get("tool_call_id"),
+        )
+        for msg in items
+    ]
+
+
 def parse_chat(
     body: bytes,
     request: web.Request | None = None,
@@ -68,16 +82,7 @@ def parse_chat(
             params[name] = v
     if m.logprobs:
         params["logprobs"] = True
-    messages = [
-        Message(
-            role=msg["role"],
-            content=msg.get("content"),
-            name=msg.get("name"),
-            tool_calls=msg.get("tool_calls"),
-            tool_call_id=msg.get("tool_call_id"),
-        )
-        for msg in data["messages"]
-    ]
+    messages = messages_from(data["messages"])
     return Request(
         task=Task.CHAT,
         inbound=inbound,
@@ -189,12 +194,6 @@ class OpenAIInbound:
     def mount(self, router: web.UrlDispatcher, prefix: str, group: RouteGroup) -> None:
         started = int(time.time())
 
-        def handler(ep: Endpoint) -> Any:
-            async def handle(request: web.Request) -> web.StreamResponse:
-                return await serve(request, ep, group, self)
-
-            return handle
-
         async def list_models(request: web.Request) -> web.Response:
             try:
                 check_auth(request)
@@ -214,9 +213,9 @@ class OpenAIInbound:
             body = {"id": model, "object": "model", "created": started, "owned_by": "gateway"}
             return web.json_response(body, dumps=jsonutil.dumps_str)
 
-        router.add_post(prefix + "/v1/chat/completions", handler(CHAT))
-        router.add_post(prefix + "/v1/completions", handler(COMPLETION))
-        router.add_post(prefix + "/v1/embeddings", handler(EMBEDDING))
+        router.add_post(prefix + "/v1/chat/completions", handler(CHAT, group, self))
+        router.add_post(prefix + "/v1/completions", handler(COMPLETION, group, self))
+        router.add_post(prefix + "/v1/embeddings", handler(EMBEDDING, group, self))
         router.add_get(prefix + "/v1/models", list_models)
         # Model ids may hold slashes ("meta-llama/Llama-3.1-8B"), as the SDK sends them.
         router.add_get(prefix + "/v1/models/{model:.+}", get_model)

@@ -139,6 +139,18 @@ def render_embedding(result: Result | EmbeddingResult, req: Request, ctx: Render
     return _dumps(out)
 
 
+def tool_call_delta(ev: ToolCallDelta) -> dict[str, Any]:
+    """One streamed tool-call fragment as OpenAI's `delta.tool_calls[]` item."""
+    call: dict[str, Any] = {"index": ev.call_index}
+    if ev.id is not None:
+        call["id"] = ev.id
+        call["type"] = "function"
+    fn: dict[str, Any] = {} if ev.name is None else {"name": ev.name}
+    fn["arguments"] = ev.arguments
+    call["function"] = fn
+    return call
+
+
 def error_frame(err: GatewayError) -> bytes:
     from gateway.dialects.openai.inbound import error_object
 
@@ -210,15 +222,7 @@ class ChatStreamRenderer(_ChunkStream):
                 )
             elif t is ToolCallDelta:
                 assert isinstance(ev, ToolCallDelta)
-                call: dict[str, Any] = {"index": ev.call_index}
-                if ev.id is not None:
-                    call["id"] = ev.id
-                    call["type"] = "function"
-                fn: dict[str, Any] = {}
-                if ev.name is not None:
-                    fn["name"] = ev.name
-                fn["arguments"] = ev.arguments
-                call["function"] = fn
+                call = tool_call_delta(ev)
                 parts.append(
                     self._frame(
                         b'{"index":%d,"delta":{"tool_calls":[%b]},"logprobs":null,"finish_reason":null}'

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from gateway import __version__, jsonutil
 from gateway.core.errors import GatewayError, Kind
-from gateway.core.exchange import check_auth, serve
+from gateway.core.exchange import check_auth, handler
 from gateway.core.routing import RouteGroup
 from gateway.core.types import Request
 from gateway.core.validation import load_object
@@ -83,12 +83,6 @@ class TGIInbound:
         return web.Response(status=status, body=jsonutil.dumps(error_body(err)), content_type="application/json")
 
     def mount(self, router: web.UrlDispatcher, prefix: str, group: RouteGroup) -> None:
-        def handler(ep: Endpoint) -> Any:
-            async def handle(request: web.Request) -> web.StreamResponse:
-                return await serve(request, ep, group, self)
-
-            return handle
-
         async def info(request: web.Request) -> web.Response:
             try:
                 check_auth(request)
@@ -116,10 +110,10 @@ class TGIInbound:
         async def health(request: web.Request) -> web.Response:
             return web.Response(status=200)
 
-        router.add_post(prefix + "/generate", handler(GENERATE))
-        router.add_post(prefix + "/generate_stream", handler(GENERATE_STREAM))
-        router.add_post(prefix + "/", handler(COMPAT))
+        router.add_post(prefix + "/generate", handler(GENERATE, group, self))
+        router.add_post(prefix + "/generate_stream", handler(GENERATE_STREAM, group, self))
+        router.add_post(prefix + "/", handler(COMPAT, group, self))
         if prefix:
-            router.add_post(prefix, handler(COMPAT))
+            router.add_post(prefix, handler(COMPAT, group, self))
         router.add_get(prefix + "/info", info)
         router.add_get(prefix + "/health", health)

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.core.errors import GatewayError, InvalidRequest, Kind
-from gateway.core.exchange import check_auth, serve
+from gateway.core.exchange import check_auth, handler
 from gateway.core.routing import Route, RouteGroup
 from gateway.core.types import Request, Task
 from gateway.core.validation import load_object, validate
@@ -150,12 +150,6 @@ class TritonInbound:
         )
 
     def mount(self, router: web.UrlDispatcher, prefix: str, group: RouteGroup) -> None:
-        def handler(ep: Endpoint) -> Any:
-            async def handle(request: web.Request) -> web.StreamResponse:
-                return await serve(request, ep, group, self)
-
-            return handle
-
         async def live(request: web.Request) -> web.Response:
             return web.Response(status=200)
 
@@ -182,7 +176,7 @@ class TritonInbound:
         router.add_get(prefix + "/v2/health/live", live)
         router.add_get(prefix + "/v2/health/ready", ready)
         for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-            router.add_post(prefix + base + "/generate", handler(GENERATE))
-            router.add_post(prefix + base + "/generate_stream", handler(GENERATE_STREAM))
+            router.add_post(prefix + base + "/generate", handler(GENERATE, group, self))
+            router.add_post(prefix + base + "/generate_stream", handler(GENERATE_STREAM, group, self))
             router.add_get(prefix + base, metadata)
             router.add_get(prefix + base + "/ready", model_ready)
