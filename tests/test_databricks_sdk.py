@@ -8,7 +8,7 @@ import pytest
 
 from gateway.simulator.server import create_sim_app
 from tests.conftest import one_route
-from tests.support import sse_reply
+from tests.support import sse_json, sse_reply
 
 FIX = Path(__file__).parent / "fixtures" / "databricks"
 INV = "/serving-endpoints/my-ep/invocations"
@@ -34,10 +34,15 @@ async def test_simulator_fans_out_batch_with_n(aiohttp_client):
         "Simulated answer 1: you said",
     ]
     assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 20, "total_tokens": 23}
-    resp = await sim.post(INV, json={"prompt": ["a", "b"], "stream": True})
-    assert resp.status == 400
-    err = await resp.json()
-    assert err["error_code"] == "INVALID_PARAMETER_VALUE" and "batch" in err["message"]
+    # A streamed batch is merged from one stream per prompt, each choice under its prompt's index.
+    resp = await sim.post(INV, json={"prompt": ["a", "b"], "stream": True, "max_tokens": 2})
+    assert resp.status == 200
+    chunks = [c for c in sse_json(await resp.read()) if c != "[DONE]"]
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for ch in c["choices"]:
+            texts[ch["index"]] += ch["text"]
+    assert texts == {0: "Simulated answer", 1: "Simulated answer"}
 
 
 async def test_simulator_answers_prompt_text_per_position(aiohttp_client):

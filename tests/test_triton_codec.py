@@ -251,7 +251,8 @@ def test_fates_per_flavor():
     assert ob.fates(backend("mindie"), neutral())["stop"] == "emulate"
     for flavor in ("trtllm", "vllm", "mindie"):
         f = ob.fates(backend(flavor), neutral())
-        assert not {"tools", "response_format", "logprobs", "n"} & set(f)
+        assert not {"tools", "response_format", "logprobs"} & set(f)
+        assert f["n"] == "emulate"  # one generate call per choice (core.fanout)
 
 
 def test_unsupported_inputs():

@@ -275,8 +275,8 @@ async def test_upstream_error_status_keeps_message(upstream: FakeUpstream, make_
 
 async def test_refused_params(upstream: FakeUpstream, make_gateway: Any):
     gw = await make_gateway(triton_route(upstream.url, "trtllm"))
-    resp = await gw.post("/v1/completions", json={"model": "m", "prompt": "x", "n": 2})
-    assert resp.status == 400 and "n" in (await resp.json())["error"]["message"]
+    resp = await gw.post("/v1/completions", json={"model": "m", "prompt": "x", "logprobs": 2})
+    assert resp.status == 400 and "logprobs" in (await resp.json())["error"]["message"]
     resp = await gw.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
     assert resp.status == 400 and "tokenizer" in (await resp.json())["error"]["message"]
     assert upstream.requests == []

@@ -73,8 +73,14 @@ class ProxyEngine:
 
     @property
     def batch_prompts(self) -> bool:
-        """Whether the backend takes a list of prompts in one request (core.batch)."""
+        """Whether the backend takes a list of prompts in one request (core.fanout)."""
         return bool(getattr(self.codec, "batch_prompts", False))
+
+    def emulates_n(self, req: Request) -> bool:
+        """Whether n > 1 choices must come from one upstream request each (core.fanout)."""
+        if req.inbound == self.backend.conf.dialect:
+            return False
+        return self.codec.fates(self.backend, req).get("n") is Fate.EMULATE
 
     def _prepare(self, req: Request) -> tuple[UpstreamCall, list[str] | None]:
         """The upstream call, and the stop strings the gateway must enforce itself (if any)."""

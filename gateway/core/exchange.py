@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import Histogram
 
-from gateway.core import batch
+from gateway.core import fanout
 from gateway.core.errors import GatewayError, Overloaded, PayloadTooLarge, Unauthorized, UpstreamError
 from gateway.core.params import DROPPED_HEADER
 from gateway.core.routing import Route, RouteGroup
@@ -159,11 +159,10 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             server=request.app.get(SIMULATED_SERVER),
         )
         if req.stream and ep.stream_renderer is not None:
-            batch.check_stream(route.engine, req)
             resp = await _stream(request, ep, route, req, ctx, ex, inbound)
             status = resp.status
             return resp
-        result = await batch.complete(route.engine, req, ex)
+        result = await fanout.complete(route.engine, req, ex)
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         if result.usage is not None:
             ex.prompt_tokens = result.usage.prompt_tokens
@@ -206,7 +205,7 @@ async def _stream(
     inbound: Inbound,
 ) -> web.StreamResponse:
     assert ep.stream_renderer is not None
-    stream = await route.engine.open_stream(req, ex)
+    stream = await fanout.open_stream(route.engine, req, ex)
     try:
         renderer = ep.stream_renderer(req, ctx)
         # Wait for the first events before sending headers: a backend that fails at once

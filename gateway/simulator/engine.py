@@ -64,7 +64,11 @@ class SimStream:
                 batches.append([ToolCallDelta(c, None, None, fn["arguments"], i)])
             batches.append([FinishEvent(g.finish, i)])
             completion += len(g.tokens) or (1 if g.tool_calls else 0)
-        batches[-1].append(UsageEvent(Usage(model.count_prompt_tokens(req), completion)))
+        prompt = model.count_prompt_tokens(req)
+        batches[-1].append(UsageEvent(Usage(prompt, completion)))
+        # The prompt's count is known before generating, and some servers report it on every
+        # event (Triton's vLLM backend): say it up front.
+        batches[0].insert(0, UsageEvent(Usage(prompt, None)))
         batches.reverse()
         return batches
 

@@ -33,6 +33,8 @@ _FATES: dict[str, Fate] = {
     "watermark": Fate.MAP,
     "truncate": Fate.MAP,
     "chat_template_kwargs": Fate.MAP,
+    # TGI returns one sequence per request (best_of keeps only the best): n choices are n requests.
+    "n": Fate.EMULATE,
 }
 # TGI samples as soon as one of these is set, so they are only sent when they mean something.
 _DIRECT = ("top_k", "repetition_penalty", "frequency_penalty", "seed", "watermark", "truncate")

@@ -15,7 +15,7 @@ from gateway import jsonutil
 from gateway.core.errors import InvalidRequest
 from gateway.core.types import Request
 
-_MINDIE_ID = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
+MINDIE_ID = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
 _SEED_MAX = 2**63 - 1
 
 
@@ -134,7 +134,7 @@ def mindie_body(req: Request, prompt: str, max_tokens: int, count_tokens: bool) 
         if name in p:
             params[name] = p[name]
     body: dict[str, Any] = {}
-    if _MINDIE_ID.match(req.request_id):
+    if MINDIE_ID.match(req.request_id):
         body["id"] = req.request_id
     body["text_input"] = prompt
     body["parameters"] = params

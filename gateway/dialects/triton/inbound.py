@@ -15,8 +15,8 @@ from gateway.core.exchange import check_auth, handler
 from gateway.core.routing import Route, RouteGroup
 from gateway.core.types import Request, Task
 from gateway.core.validation import load_object, validate
-from gateway.dialects.base import Endpoint
-from gateway.dialects.triton import render
+from gateway.dialects.base import SIMULATED_SERVER, Endpoint
+from gateway.dialects.triton import render, servers
 from gateway.dialects.triton.schema import GenerateParameters, merged_parameters, model_metadata, words
 from gateway.health import READINESS
 
@@ -64,7 +64,10 @@ def _parse(body: bytes, request: web.Request, stream: bool) -> Request:
         raise InvalidRequest("missing required input 'text_input'", param="text_input", code="invalid_value")
     if not isinstance(text, str):
         raise InvalidRequest("'text_input' must be a string", param="text_input", code="invalid_value")
-    m = validate(GenerateParameters, merged_parameters(data))
+    # A simulator reads the body as the server it imitates would; the gateway takes every name.
+    flavor = servers.flavor_of(request.app.get(SIMULATED_SERVER))
+    merged = servers.read_as(flavor, data, merged_parameters(data, servers.SAMPLING[flavor]), stream)
+    m = validate(GenerateParameters, merged)
     params: dict[str, Any] = {}
     for name in _SAME:
         v = getattr(m, name)
@@ -76,6 +79,8 @@ def _parse(body: bytes, request: web.Request, stream: bool) -> Request:
     bad = words(m.bad_words)
     if bad:
         params["bad_words"] = bad
+    if m.stop_token_ids:
+        params["stop_token_ids"] = m.stop_token_ids
     if m.beam_width is not None and m.beam_width > 1:
         params["beam_width"] = m.beam_width
     if m.n is not None and m.n > 1:
@@ -84,8 +89,9 @@ def _parse(body: bytes, request: web.Request, stream: bool) -> Request:
             param="num_return_sequences",
             code="invalid_value",
         )
-    if m.exclude_input_in_output is False and not stream:
+    if m.exclude_input_in_output is False and not stream and flavor is None:
         params["echo"] = True
+    servers.adjust(flavor, m, params)
     version = request.match_info.get("version")
     return Request(
         task=Task.COMPLETION,

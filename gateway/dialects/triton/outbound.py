@@ -31,6 +31,8 @@ _COMMON: dict[str, Fate] = {
     "do_sample": Fate.MAP,
     # Consumed by the chat template on the way to the prompt.
     "chat_template_kwargs": Fate.MAP,
+    # One sequence per generate call: n choices are n calls (core.fanout).
+    "n": Fate.EMULATE,
 }
 FATES: dict[str, dict[str, Fate]] = {
     "trtllm": {

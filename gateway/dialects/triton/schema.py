@@ -3,18 +3,38 @@
 Triton treats every key of a generate body other than `id`, `text_input` and `parameters` the
 same as a key inside `parameters`, so both are merged before validation. Parameter values must
 be scalars, as Triton demands of request parameters; only the list-valued tensors LLM backends
-declare (stop and bad words) may be arrays.
+declare (stop and bad words) may be arrays. The vLLM backend's `sampling_parameters` is a string
+holding a JSON object; its keys join the parameters (and may hold lists, such as `stop`).
 """
 
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from gateway import jsonutil
 from gateway.core.errors import InvalidRequest
 
 RESERVED = ("id", "text_input", "parameters")
 # Inputs that TRT-LLM declares as string tensors of dynamic length: lists are legal there.
 LIST_INPUTS = frozenset({"stop_words", "bad_words", "stop"})
+# The vLLM backend's input tensors besides text_input: they stay when `sampling_parameters`
+# replaces the request parameters.
+VLLM_TENSORS = frozenset(
+    {
+        "stream",
+        "exclude_input_in_output",
+        "return_finish_reason",
+        "return_cumulative_logprob",
+        "return_logprobs",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
+        "image",
+        "embedding_request",
+    }
+)
+# What `sampling_parameters` does: join the parameters, its keys winning (the gateway's own
+# inbound), replace them (the vLLM backend), or nothing (servers that do not know it).
+SamplingMode = Literal["merge", "only", "ignore"]
 
 
 def _alias(*names: str) -> Any:
@@ -50,12 +70,43 @@ class GenerateParameters(BaseModel):
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
     exclude_input_in_output: bool | None = None
+    # Only reachable through `sampling_parameters` (a list is not a legal request parameter).
+    stop_token_ids: list[int] | None = None
+    # vLLM backend outputs a client may ask for.
+    return_finish_reason: bool | None = None
+    return_num_input_tokens: bool | None = None
+    return_num_output_tokens: bool | None = None
+    # TRT-LLM's log probabilities, and MindIE's details (both read only by a simulated server).
+    return_log_probs: bool | None = None
+    details: bool | None = None
     # Streaming is chosen by the URL; the flag is accepted and ignored.
     stream: bool | None = None
 
 
-def merged_parameters(data: dict[str, Any]) -> dict[str, Any]:
-    """`parameters` plus the top-level extras, each value checked the way Triton checks it."""
+def sampling_parameters(value: Any) -> dict[str, Any]:
+    """The object inside the vLLM backend's `sampling_parameters` string."""
+    if not isinstance(value, str):
+        raise InvalidRequest(
+            "'sampling_parameters' must be a string holding a JSON object",
+            param="sampling_parameters",
+            code="invalid_value",
+        )
+    try:
+        obj = jsonutil.loads(value)
+    except jsonutil.JSONDecodeError:
+        raise InvalidRequest(
+            "'sampling_parameters' is not valid JSON", param="sampling_parameters", code="invalid_value"
+        ) from None
+    if not isinstance(obj, dict):
+        raise InvalidRequest(
+            "'sampling_parameters' must hold a JSON object", param="sampling_parameters", code="invalid_value"
+        )
+    return obj
+
+
+def merged_parameters(data: dict[str, Any], sampling: SamplingMode = "merge") -> dict[str, Any]:
+    """`parameters` plus the top-level extras, each value checked the way Triton checks it, then
+    `sampling_parameters` applied as `sampling` says."""
     params = data.get("parameters", {})
     if params is None:
         params = {}
@@ -75,7 +126,22 @@ def merged_parameters(data: dict[str, Any]) -> dict[str, Any]:
             param=key,
             code="invalid_value",
         )
+    if sampling != "ignore" and "sampling_parameters" in merged:
+        inner = sampling_parameters(merged.pop("sampling_parameters"))
+        if sampling == "only":
+            merged = {k: v for k, v in merged.items() if k in VLLM_TENSORS}
+        merged.update(inner)
     return merged
+
+
+def flag(raw: dict[str, Any] | None, name: str) -> bool:
+    """A boolean input set to true, top level or in `parameters` (top level wins, as in merging)."""
+    if not raw:
+        return False
+    if name in raw:
+        return raw[name] is True
+    params = raw.get("parameters")
+    return isinstance(params, dict) and params.get(name) is True
 
 
 def words(value: str | list[str] | None) -> list[str] | None:
