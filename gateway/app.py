@@ -4,6 +4,7 @@ One aiohttp ClientSession with pooled connections serves every backend; it and t
 simulated backends live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
 """
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -93,6 +94,9 @@ def create_app(config: Config) -> web.Application:
     if simulated:
         app.cleanup_ctx.append(_simulated_backends(simulated))
     app.cleanup_ctx.append(_client_session(session))
+    with_tokenizer = [b for b in backends.values() if b.conf.tokenizer]
+    if with_tokenizer:
+        app.on_startup.append(_preload_tokenizers(with_tokenizer))
     return app
 
 
@@ -117,6 +121,23 @@ def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def
             await runner.cleanup()
 
     return ctx
+
+
+def _preload_tokenizers(backends: list[Backend]):  # type: ignore[no-untyped-def]
+    """Load each configured tokenizer and chat template now, so a wrong `tokenizer:` folder
+    shows in the log at startup rather than on the first request that needs it. A failure only
+    warns: the requests that need the files get a clear 400, the others are served."""
+
+    async def load(app: web.Application) -> None:
+        from gateway.adapters import template_for, tokenizer_for
+        from gateway.core.errors import GatewayError
+
+        for b in backends:
+            for loader in (tokenizer_for, template_for):
+                with contextlib.suppress(GatewayError):  # the adapter has logged what is wrong
+                    loader(b)
+
+    return load
 
 
 def _client_session(ref: SessionRef):  # type: ignore[no-untyped-def]
