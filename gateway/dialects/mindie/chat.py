@@ -20,12 +20,10 @@ from gateway.core.types import (
     Event,
     Finish,
     FinishEvent,
-    ReasoningDelta,
     Request,
     Result,
     Task,
     TextDelta,
-    ToolCallDelta,
     Usage,
     UsageEvent,
 )
@@ -35,7 +33,7 @@ from gateway.dialects.mindie.native import raw_error
 from gateway.dialects.mindie.schema import MindIEChatRequest, MindIECompletionRequest, VllmGenerateRequest
 from gateway.dialects.openai.inbound import parse_chat as openai_parse_chat
 from gateway.dialects.openai.inbound import parse_completion as openai_parse_completion
-from gateway.dialects.openai.render import tool_call_delta
+from gateway.dialects.openai.render import chat_delta_choice
 from gateway.sse import DONE_FRAME
 
 _dumps = jsonutil.dumps
@@ -196,33 +194,9 @@ class ChatStreamRenderer(_MindIEChunks):
     def render(self, events: list[Event]) -> bytes:
         parts = []
         for ev in events:
-            t = type(ev)
-            if t is TextDelta:
-                assert isinstance(ev, TextDelta)
-                lp = b"" if ev.logprobs is None else b',"logprobs":' + _dumps({"content": ev.logprobs})
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"delta":{"role":"assistant","content":%b}%b,"finish_reason":null}'
-                        % (ev.index, _dumps(ev.text), lp)
-                    )
-                )
-            elif t is ReasoningDelta:
-                assert isinstance(ev, ReasoningDelta)
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"delta":{"role":"assistant","reasoning_content":%b},"finish_reason":null}'
-                        % (ev.index, _dumps(ev.text))
-                    )
-                )
-            elif t is ToolCallDelta:
-                assert isinstance(ev, ToolCallDelta)
-                call = tool_call_delta(ev)
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"delta":{"role":"assistant","tool_calls":[%b]},"finish_reason":null}'
-                        % (ev.index, _dumps(call))
-                    )
-                )
+            choice = chat_delta_choice(ev, b'"role":"assistant",', null_logprobs=False)
+            if choice is not None:
+                parts.append(self._frame(choice))
             else:
                 self._collect(ev)
         return b"".join(parts)

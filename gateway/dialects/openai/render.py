@@ -151,6 +151,31 @@ def tool_call_delta(ev: ToolCallDelta) -> dict[str, Any]:
     return call
 
 
+def chat_delta_choice(ev: Event, role: bytes = b"", null_logprobs: bool = True) -> bytes | None:
+    """The `choices[]` item of a chat chunk for a content, reasoning or tool-call event, or None
+    for other events. `role` opens every delta (MindIE repeats `"role":"assistant",`); MindIE
+    also leaves out a null `logprobs`."""
+    t = type(ev)
+    if t is TextDelta:
+        assert isinstance(ev, TextDelta)
+        if ev.logprobs is not None:
+            lp = b',"logprobs":' + _dumps({"content": ev.logprobs})
+        else:
+            lp = b',"logprobs":null' if null_logprobs else b""
+        delta = b'{%b"content":%b}' % (role, _dumps(ev.text))
+    elif t is ReasoningDelta:
+        assert isinstance(ev, ReasoningDelta)
+        delta = b'{%b"reasoning_content":%b}' % (role, _dumps(ev.text))
+        lp = b',"logprobs":null' if null_logprobs else b""
+    elif t is ToolCallDelta:
+        assert isinstance(ev, ToolCallDelta)
+        delta = b'{%b"tool_calls":[%b]}' % (role, _dumps(tool_call_delta(ev)))
+        lp = b',"logprobs":null' if null_logprobs else b""
+    else:
+        return None
+    return b'{"index":%d,"delta":%b%b,"finish_reason":null}' % (ev.index, delta, lp)
+
+
 def error_frame(err: GatewayError) -> bytes:
     from gateway.dialects.openai.inbound import error_object
 
@@ -203,32 +228,9 @@ class ChatStreamRenderer(_ChunkStream):
         parts = []
         for ev in events:
             t = type(ev)
-            if t is TextDelta:
-                assert isinstance(ev, TextDelta)
-                lp = b"null" if ev.logprobs is None else _dumps({"content": ev.logprobs})
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"delta":{"content":%b},"logprobs":%b,"finish_reason":null}'
-                        % (ev.index, _dumps(ev.text), lp)
-                    )
-                )
-            elif t is ReasoningDelta:
-                assert isinstance(ev, ReasoningDelta)
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"delta":{"reasoning_content":%b},"logprobs":null,"finish_reason":null}'
-                        % (ev.index, _dumps(ev.text))
-                    )
-                )
-            elif t is ToolCallDelta:
-                assert isinstance(ev, ToolCallDelta)
-                call = tool_call_delta(ev)
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"delta":{"tool_calls":[%b]},"logprobs":null,"finish_reason":null}'
-                        % (ev.index, _dumps(call))
-                    )
-                )
+            choice = chat_delta_choice(ev)
+            if choice is not None:
+                parts.append(self._frame(choice))
             elif t is FinishEvent:
                 assert isinstance(ev, FinishEvent)
                 parts.append(
