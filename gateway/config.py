@@ -250,17 +250,21 @@ def load_config(path: str | Path) -> Config:
 
 
 def embedded_default() -> Config:
-    """The config used when none is given: every dialect mounted, each on a simulated backend.
+    """The config used when none is given: every dialect mounted, on simulated backends.
 
-    OpenAI and MindIE share /v1/chat/completions, so MindIE's routes sit under /mindie.
+    OpenAI and MindIE share /v1/chat/completions, so MindIE's routes sit under /mindie. Triton
+    clients are answered through the OpenAI simulator: a simulated Triton server imitates
+    TensorRT-LLM, which echoes the prompt unless asked not to, a poor first sight of the gateway.
     """
     backends: dict[str, Any] = {}
     routes: list[dict[str, Any]] = []
     from gateway.dialects import available
 
-    for name in available():
-        backends[f"sim-{name}"] = {"dialect": name, "simulate": True, "model": "sim-model"}
-        route: dict[str, Any] = {"name": name, "dialect": name, "backend": f"sim-{name}"}
+    names = available()
+    for name in names:
+        backend = "sim-openai" if name == "triton" and "openai" in names else f"sim-{name}"
+        backends[backend] = {"dialect": backend.removeprefix("sim-"), "simulate": True, "model": "sim-model"}
+        route: dict[str, Any] = {"name": name, "dialect": name, "backend": backend}
         if name == "mindie":
             route["prefix"] = "/mindie"
         routes.append(route)
