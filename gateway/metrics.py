@@ -55,6 +55,7 @@ class Metrics:
         self.enabled = enabled
         self.registry = registry or CollectorRegistry()
         self._routes: dict[tuple[str, str], RouteMetrics] = {}
+        self._requests: dict[tuple[str, ...], Counter] = {}
         r = self.registry
         self.requests = Counter(
             "gateway_requests",
@@ -139,6 +140,13 @@ class Metrics:
             )
             self._routes[(route, backend)] = rm
         return rm
+
+    def count_request(self, route: str, backend: str, inbound: str, outbound: str, status: str) -> None:
+        key = (route, backend, inbound, outbound, status)
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self.requests.labels(*key)
+        child.inc()
 
     def exposition(self) -> bytes:
         """The text a scrape returns: this registry, or every worker's values in multi-process mode."""

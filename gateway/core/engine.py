@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
+from yarl import URL
 
 from gateway import jsonutil
 from gateway.adapters import tokenizer_for
@@ -66,6 +67,23 @@ class ProxyEngine:
         self.backend = backend
         self.codec = backend.dialect.outbound
         self._session = session
+        conf = backend.conf
+        # A stream may run for long; what must not run long is the wait for its next chunk.
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=conf.connect_timeout_s, sock_read=conf.timeout_s
+        )
+        self._whole_timeout = aiohttp.ClientTimeout(total=conf.timeout_s, sock_connect=conf.connect_timeout_s)
+        self._urls: dict[str, URL] = {}
+
+    def _url(self, base: str, path: str) -> URL:
+        """Parsed once per replica and path: yarl's parse is a measurable part of a request."""
+        key = base + path
+        url = self._urls.get(key)
+        if url is None:
+            if len(self._urls) > 1024:  # paths carry model names; keep the cache bounded
+                self._urls.clear()
+            url = self._urls[key] = URL(key)
+        return url
 
     @property
     def passthrough_dialect(self) -> str | None:
@@ -103,12 +121,7 @@ class ProxyEngine:
         headers = {**b.headers, **call.headers}
         if call.body is not None:
             headers.setdefault("Content-Type", "application/json")
-        if call.stream:
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=b.conf.connect_timeout_s, sock_read=b.conf.timeout_s
-            )
-        else:
-            timeout = aiohttp.ClientTimeout(total=b.conf.timeout_s, sock_connect=b.conf.connect_timeout_s)
+        timeout = self._stream_timeout if call.stream else self._whole_timeout
         last: Exception | None = None
         ex.upstream_start = time.perf_counter()
         attempts = b.replicas()
@@ -118,7 +131,7 @@ class ProxyEngine:
             try:
                 resp = await self._session.get().request(
                     call.method,
-                    url + call.path,
+                    self._url(url, call.path),
                     data=call.body,
                     headers=headers,
                     timeout=timeout,

@@ -259,11 +259,11 @@ def _record(metrics: Metrics, route: Route | None, group: RouteGroup, ex: Exchan
         # No route chosen (bad body, unknown model): counted against the group's first route so
         # the request is visible without letting a client-chosen name become a label.
         r = group.routes[0]
-        metrics.requests.labels(r.name, r.backend.name, group.dialect, r.backend.conf.dialect, str(status)).inc()
+        metrics.count_request(r.name, r.backend.name, group.dialect, r.backend.conf.dialect, str(status))
         return
     b = route.backend.name
     rm = metrics.route(route.name, b)
-    metrics.requests.labels(route.name, b, group.dialect, route.backend.conf.dialect, str(status)).inc()
+    metrics.count_request(route.name, b, group.dialect, route.backend.conf.dialect, str(status))
     total = now - ex.start
     rm.duration.observe(total)
     if ex.upstream_total:
