@@ -12,7 +12,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DIALECT_NAMES = ("openai", "mindie", "tgi", "triton", "databricks")
 DialectName = Literal["openai", "mindie", "tgi", "triton", "databricks"]
 
 

@@ -34,9 +34,8 @@ if TYPE_CHECKING:
     from gateway.core.exchange import Exchange
 
 MAX_ERROR_BODY = 64 * 1024
-# Headers a client may send that must never reach a backend: credentials belong to each side,
-# and MindIE reads these to steer its scheduler.
-_HOP = ("authorization", "req-id", "req-type", "d-target", "is-recompute")
+# No client header reaches a backend but the request id: credentials belong to each side, and
+# MindIE steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
 
 
 class EventStream(Protocol):

@@ -84,12 +84,6 @@ class Usage:
     completion_tokens: int | None = None
     extra: dict[str, Any] | None = None  # dialect extras (cached tokens, reasoning tokens, timings)
 
-    @property
-    def total_tokens(self) -> int | None:
-        if self.prompt_tokens is None or self.completion_tokens is None:
-            return None
-        return self.prompt_tokens + self.completion_tokens
-
 
 @dataclass(slots=True)
 class Choice:
