@@ -12,25 +12,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp import web
 
 from gateway import jsonutil
 from gateway.core.engine import SessionRef
-from gateway.core.routing import Backend
+from gateway.core.routing import Backend, shown_url
 
 PROBE_TIMEOUT_S = 2.0
 CACHE_S = 2.0
-
-
-def _shown_url(url: str) -> str:
-    """The replica URL without any user:password part, fit for a response body."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 @dataclass(eq=False)
@@ -47,7 +38,7 @@ class Readiness:
     async def _probe(self, b: Backend, url: str) -> dict[str, Any]:
         path = b.dialect.outbound.health_path(b)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        shown = _shown_url(url)
+        shown = shown_url(url)
         try:
             async with self.session.get().get(
                 url + path, headers=b.headers, timeout=timeout, ssl=b.ssl_ctx if b.ssl_ctx is not None else True

@@ -6,6 +6,7 @@ it (failing over between replicas on connect errors), and maps every transport f
 `UpstreamError` of the right class. It never writes to the client.
 """
 
+import logging
 import time
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,13 +27,14 @@ from gateway.core.errors import (
     upstream_status_error,
 )
 from gateway.core.params import Fate, apply_policy
-from gateway.core.routing import Backend
+from gateway.core.routing import Backend, shown_url
 from gateway.core.types import EmbeddingResult, Event, Request, Result
 from gateway.dialects.base import StreamParser, UpstreamCall
 
 if TYPE_CHECKING:
     from gateway.core.exchange import Exchange
 
+log = logging.getLogger("gateway")
 MAX_ERROR_BODY = 64 * 1024
 # No client header reaches a backend but the request id: credentials belong to each side, and
 # MindIE steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
@@ -137,6 +139,7 @@ class ProxyEngine:
                     ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
                 )
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+                log.warning("backend %s: cannot connect to %s: %s", b.name, shown_url(url), e)
                 last = e  # this replica is down: the next one may not be
                 continue
             except aiohttp.ServerDisconnectedError as e:
@@ -150,6 +153,8 @@ class ProxyEngine:
             except (TimeoutError, aiohttp.ServerTimeoutError):
                 raise UpstreamTimeout(f"backend {b.name!r} did not answer within {b.conf.timeout_s:g}s") from None
             except aiohttp.ClientError as e:
+                # The cause (a TLS alert, a reset) is for the operator's log, not the client.
+                log.warning("backend %s: request to %s failed: %s", b.name, shown_url(url), e)
                 raise UpstreamConnectError(f"backend {b.name!r} failed: {type(e).__name__}") from None
             if resp.status >= 400:
                 try:

@@ -7,6 +7,7 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel
 
@@ -87,6 +88,14 @@ class RouteGroup:
                 if n not in ids:
                     ids.append(n)
         return ids
+
+
+def shown_url(url: str) -> str:
+    """A replica URL without any user:password part, fit for logs and response bodies."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def make_ssl(tls: cfg.BackendTLS | None) -> ssl.SSLContext | None:
