@@ -124,6 +124,7 @@ async def test_secrets_never_reach_the_logs(upstream, make_gateway, caplog, monk
         "openai", "openai", upstream.url, headers={"Authorization": "Bearer ${SECRET}", "X-Api-Key": "${SECRET}"}
     )
     conf["auth"] = {"api_keys_env": "GW_KEYS"}
+    conf["routes"].append({"name": "dbx", "dialect": "databricks", "backend": "up"})
     gw = await make_gateway(conf)
     good = {"Authorization": f"Bearer {api_key}"}
     r = await gw.post("/v1/chat/completions", json=chat(), headers=good)
@@ -131,6 +132,9 @@ async def test_secrets_never_reach_the_logs(upstream, make_gateway, caplog, monk
     assert upstream.last.headers["Authorization"] == f"Bearer {secret}"  # the backend does get it
     r = await gw.post("/v1/chat/completions", json=chat(), headers={"Authorization": f"Bearer {api_key}x"})
     assert r.status == 401
+    # A client that puts a secret in the path: the access line's path is scrubbed too.
+    r = await gw.post(f"/serving-endpoints/{secret}/invocations", json={"prompt": "x"}, headers=good)
+    assert r.status == 500
     # Something logging a secret outright (a traceback, a debug dump) is scrubbed as well.
     log = logging.getLogger("gateway")
     log.debug("upstream call headers %s", {"Authorization": f"Bearer {secret}", "X-Api-Key": secret})
@@ -151,7 +155,8 @@ async def test_secrets_never_reach_the_logs(upstream, make_gateway, caplog, monk
     assert "boom" in out and "RuntimeError" in out
     for leaked in (secret, api_key, PROMPT):
         assert leaked not in out
-    assert len(access_records(caplog)) == 2
+    assert len(access_records(caplog)) == 3
+    assert any(a["path"] == "/serving-endpoints/[REDACTED]/invocations" for a in access_records(caplog))
 
 
 def test_redactor_hides_registered_values_and_bearer_tokens():
