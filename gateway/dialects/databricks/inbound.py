@@ -20,24 +20,13 @@ from gateway.core.validation import load_object, validate
 from gateway.dialects.base import Endpoint
 from gateway.dialects.databricks import render
 from gateway.dialects.databricks.schema import ChatRequest, CompletionRequest, EmbeddingRequest
-from gateway.dialects.openai.inbound import messages_from
+from gateway.dialects.openai.inbound import common_params, copy_set, messages_from
 
 # Fields copied into neutral params as they are, when set.
 _SHARED = ("temperature", "top_p", "top_k", "max_tokens", "seed", "presence_penalty", "frequency_penalty", "user")
 _CHAT_ONLY = ("tools", "tool_choice", "response_format", "top_logprobs")
 # Bodies of custom MLflow models and feature serving, which this gateway does not serve.
 _CUSTOM_KEYS = ("dataframe_split", "dataframe_records", "instances", "inputs")
-
-
-def _common(data: dict[str, Any], m: Any, params: dict[str, Any]) -> None:
-    for name in _SHARED:
-        v = data.get(name)
-        if v is not None:
-            params[name] = v
-    if m.n is not None and m.n != 1:
-        params["n"] = m.n
-    if m.stop:
-        params["stop"] = [m.stop] if isinstance(m.stop, str) else list(m.stop)
 
 
 def _model(data: dict[str, Any], request: web.Request | None) -> str | None:
@@ -54,12 +43,8 @@ def _include_usage(m: Any) -> bool:
 def parse_chat(body: bytes, request: web.Request | None = None, data: dict[str, Any] | None = None) -> Request:
     data = load_object(body) if data is None else data
     m = validate(ChatRequest, data)
-    params: dict[str, Any] = {}
-    _common(data, m, params)
-    for name in _CHAT_ONLY:
-        v = data.get(name)
-        if v is not None:
-            params[name] = v
+    params = common_params(data, m, _SHARED)
+    copy_set(data, _CHAT_ONLY, params)
     if m.logprobs:
         params["logprobs"] = True
     messages = messages_from(data["messages"])
@@ -78,8 +63,7 @@ def parse_chat(body: bytes, request: web.Request | None = None, data: dict[str, 
 def parse_completion(body: bytes, request: web.Request | None = None, data: dict[str, Any] | None = None) -> Request:
     data = load_object(body) if data is None else data
     m = validate(CompletionRequest, data)
-    params: dict[str, Any] = {}
-    _common(data, m, params)
+    params = common_params(data, m, _SHARED)
     if m.echo:
         params["echo"] = True
     if m.suffix:

@@ -31,21 +31,28 @@ _SHARED = (
     "include_stop_str_in_output",
     "skip_special_tokens",
     "ignore_eos",
+    "max_tokens",
 )
 _CHAT_ONLY = ("tools", "tool_choice", "response_format", "parallel_tool_calls", "chat_template_kwargs", "top_logprobs")
 
 
-def _common(data: dict[str, Any], m: Any, params: dict[str, Any]) -> None:
-    for name in _SHARED:
+def copy_set(data: dict[str, Any], names: tuple[str, ...], params: dict[str, Any]) -> None:
+    """Copy the named body fields the client set into neutral params, as they are."""
+    for name in names:
         v = data.get(name)
         if v is not None:
             params[name] = v
-    if m.max_tokens is not None:
-        params["max_tokens"] = m.max_tokens
+
+
+def common_params(data: dict[str, Any], m: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """Params OpenAI-shaped bodies share: `names` as they are, `n` when not 1, `stop` as a list."""
+    params: dict[str, Any] = {}
+    copy_set(data, names, params)
     if m.n is not None and m.n != 1:
         params["n"] = m.n
     if m.stop:
         params["stop"] = [m.stop] if isinstance(m.stop, str) else list(m.stop)
+    return params
 
 
 def messages_from(items: list[dict[str, Any]]) -> list[Message]:
@@ -72,14 +79,10 @@ def parse_chat(
     """`schema` and `inbound` let OpenAI-flavoured dialects (MindIE) reuse this with their own limits."""
     data = load_object(body)
     m = validate(schema, data)
-    params: dict[str, Any] = {}
-    _common(data, m, params)
+    params = common_params(data, m, _SHARED)
     if m.max_completion_tokens is not None:
         params["max_tokens"] = m.max_completion_tokens
-    for name in _CHAT_ONLY:
-        v = data.get(name)
-        if v is not None:
-            params[name] = v
+    copy_set(data, _CHAT_ONLY, params)
     if m.logprobs:
         params["logprobs"] = True
     messages = messages_from(data["messages"])
@@ -104,8 +107,7 @@ def parse_completion(
 ) -> Request:
     data = load_object(body)
     m = validate(schema, data)
-    params: dict[str, Any] = {}
-    _common(data, m, params)
+    params = common_params(data, m, _SHARED)
     if m.logprobs is not None:
         params["logprobs"] = True
         params["top_logprobs"] = m.logprobs
