@@ -4,27 +4,29 @@ One aiohttp ClientSession with pooled connections serves every backend; it and t
 simulated backends live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
 """
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 from aiohttp import web
 
 from gateway import dialects
 from gateway.config import Backend as BackendConf
 from gateway.config import Config
-from gateway.core.engine import ProxyEngine, SessionRef
+from gateway.core.engine import ProxyEngine
+from gateway.core.errors import NotFound
 from gateway.core.exchange import SERVICES, Services
 from gateway.core.routing import Backend, Route, RouteGroup, make_ssl
+from gateway.dialects.base import Inbound
 from gateway.health import READINESS, Readiness, healthz, readyz
-from gateway.logs import REDACT, install_redaction, secret_header_values
-from gateway.metrics import CONTENT_TYPE, Metrics, multiprocess_dir
+from gateway.logs import install_redaction
+from gateway.metrics import CONTENT_TYPE, Metrics, multiprocess_dir, watch_loop_lag
+from gateway.redact import REDACT, secret_header_values
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-SESSION = web.AppKey("session", SessionRef)
 BACKENDS = web.AppKey("backends", dict[str, Backend])
 
 
@@ -35,50 +37,82 @@ def build_backend(name: str, conf: BackendConf) -> Backend:
     return Backend(name, conf, dialect, options, urls, dict(conf.headers), make_ssl(conf.tls))
 
 
-@web.middleware
-async def plain_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Paths no dialect owns, and anything unforeseen, still answer in JSON (never a traceback)."""
-    try:
-        return await handler(request)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        return web.json_response({"error": f"{e.reason}: {request.method} {request.path}"}, status=e.status)
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return web.json_response({"error": "internal gateway error"}, status=500)
+class ErrorShapes:
+    """Which dialect answers for a path no route matched: the one mounted under the longest
+    prefix the path starts with, told apart by the path's first segment where several share
+    that prefix (OpenAI's /v1, Triton's /v2, Databricks' /serving-endpoints ...)."""
+
+    def __init__(self) -> None:
+        self._by_segment: dict[tuple[str, str], Inbound] = {}
+        self._by_prefix: dict[str, list[Inbound]] = {}
+
+    def add(self, prefix: str, inbound: Inbound) -> None:
+        self._by_prefix.setdefault(prefix, []).append(inbound)
+        for _method, path in inbound.paths():
+            self._by_segment.setdefault((prefix, path.split("/")[1]), inbound)
+
+    def owner(self, path: str) -> Inbound | None:
+        for prefix in sorted(self._by_prefix, key=len, reverse=True):
+            if prefix and path != prefix and not path.startswith(prefix + "/"):
+                continue
+            rest = path[len(prefix) :]
+            found = self._by_segment.get((prefix, rest.split("/")[1] if rest.startswith("/") else ""))
+            if found is not None:
+                return found
+            if len(self._by_prefix[prefix]) == 1:
+                return self._by_prefix[prefix][0]
+        return None
+
+
+def error_middleware(shapes: ErrorShapes):  # type: ignore[no-untyped-def]
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Paths no route matched answer in the shape of the dialect mounted there; anything
+        unforeseen still answers in JSON (never a traceback)."""
+        try:
+            return await handler(request)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            inbound = shapes.owner(request.path)
+            if inbound is not None and e.status in (404, 405):
+                what = "not served here" if e.status == 404 else "not allowed on this path"
+                err = NotFound(f"{request.method} {request.path}: {what}", status=e.status)
+                return inbound.error_response(err)
+            return web.json_response({"error": f"{e.reason}: {request.method} {request.path}"}, status=e.status)
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return web.json_response({"error": "internal gateway error"}, status=500)
+
+    return errors
 
 
 def create_app(config: Config) -> web.Application:
-    app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[plain_errors])
+    shapes = ErrorShapes()
+    app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[error_middleware(shapes)])
     metrics = Metrics()
     # Secrets are known from here on: scrub them from every log record, whoever logs it.
     install_redaction()
     REDACT.add(config.auth.keys() if config.auth else ())
     for conf in config.backends.values():
         REDACT.add(secret_header_values(conf.headers))
-    app[SERVICES] = Services(
-        metrics=metrics,
-        api_keys=config.auth.keys() if config.auth else None,
-        max_body_bytes=config.limits.max_body_bytes,
-        max_concurrent=config.limits.max_concurrent_requests,
-    )
-    session = SessionRef()
-    app[SESSION] = session
+    svc = Services.of(metrics, config.limits, config.auth.keys() if config.auth else None)
+    svc.trusted_proxies = config.listen.proxy_networks()
+    app[SERVICES] = svc
     backends = {name: build_backend(name, b) for name, b in config.backends.items()}
     app[BACKENDS] = backends
 
     groups: dict[tuple[str, str], RouteGroup] = {}
     for r in config.routes:
         b = backends[r.backend]
-        route = Route(
-            r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, ProxyEngine(b, session)
-        )
+        route = Route(r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, ProxyEngine(b))
         groups.setdefault((r.dialect, r.prefix), RouteGroup(r.dialect, r.prefix, [])).routes.append(route)
     for (dialect, prefix), group in groups.items():
-        dialects.get(dialect).inbound.mount(app.router, prefix, group)
+        inbound = dialects.get(dialect).inbound
+        inbound.mount(app.router, prefix, group)
+        shapes.add(prefix, inbound)
 
-    app[READINESS] = Readiness(list(backends.values()), session)
+    app[READINESS] = Readiness(list(backends.values()))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
 
@@ -93,7 +127,8 @@ def create_app(config: Config) -> web.Application:
     simulated = [b for b in backends.values() if b.conf.simulate]
     if simulated:
         app.cleanup_ctx.append(_simulated_backends(simulated))
-    app.cleanup_ctx.append(_client_session(session))
+    app.cleanup_ctx.append(_client_sessions(list(backends.values())))
+    app.cleanup_ctx.append(_loop_lag(metrics))
     with_tokenizer = [b for b in backends.values() if b.conf.tokenizer]
     if with_tokenizer:
         app.on_startup.append(_preload_tokenizers(with_tokenizer))
@@ -140,13 +175,25 @@ def _preload_tokenizers(backends: list[Backend]):  # type: ignore[no-untyped-def
     return load
 
 
-def _client_session(ref: SessionRef):  # type: ignore[no-untyped-def]
+def _client_sessions(backends: list[Backend]):  # type: ignore[no-untyped-def]
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-        async with aiohttp.ClientSession(connector=connector, auto_decompress=True) as session:
-            ref.session = session
-            yield
-        ref.session = None
+        for b in backends:
+            b.open_session()
+        yield
+        for b in backends:
+            await b.client().close()
+            b.session = None
+
+    return ctx
+
+
+def _loop_lag(metrics: Metrics):  # type: ignore[no-untyped-def]
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(watch_loop_lag(metrics.loop_lag))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     return ctx
 

@@ -1,16 +1,10 @@
 """Command line: `gateway serve`, `gateway check-config`, `gateway simulate`."""
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
-import ssl
 import sys
-from collections.abc import Callable, Coroutine
 from typing import Any
-
-from aiohttp import web
 
 from gateway import jsonutil
 from gateway.config import Config, ConfigError, embedded_default, load_config
@@ -27,60 +21,6 @@ def _config_failed(e: ConfigError) -> int:
     for line in e.lines:
         print(f"config error: {line}", file=sys.stderr)
     return 2
-
-
-def run_loop(main: Coroutine[Any, Any, None]) -> None:
-    """Run the server coroutine on uvloop when it is installed (it is on Linux and macOS):
-    the gateway spends most of its time in the event loop and socket I/O, where uvloop is
-    markedly faster; otherwise on asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main)
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main)
-
-
-async def _run(
-    app: web.Application,
-    host: str,
-    port: int,
-    ssl_context: ssl.SSLContext | None = None,
-    reuse_port: bool = False,
-    on_ready: Callable[[int], None] | None = None,
-) -> None:
-    """Serve until SIGINT/SIGTERM. A worker process (reuse_port) reports readiness via on_ready."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024, reuse_port=reuse_port or None)
-    await site.start()
-    scheme = "https" if ssl_context else "http"
-    bound = runner.addresses[0][1] if runner.addresses else port
-    if on_ready is None:
-        log.info("listening on %s://%s:%s", scheme, host, bound)
-    else:
-        on_ready(bound)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
-def _listen_ssl(config: Config) -> ssl.SSLContext | None:
-    tls = config.listen.tls
-    if tls is None:
-        return None
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(tls.cert, tls.key)
-    if tls.client_ca:
-        ctx.load_verify_locations(tls.client_ca)
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -108,8 +48,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # Certificates are files the config names: a missing or bad one is a config error (exit 2),
     # not a failure to listen.
+    from gateway.server import listen_ssl, run_loop, serve
+
     try:
-        listen_ssl = _listen_ssl(config)
+        ssl_context = listen_ssl(config)
     except OSError as e:
         print(f"config error: listen.tls: cannot load the certificate or key: {e}", file=sys.stderr)
         return 2
@@ -122,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"config error: backends.{name}.tls: cannot load a certificate, key or CA file: {e}", file=sys.stderr)
             return 2
     try:
-        run_loop(_run(create_app(config), host, port, listen_ssl))
+        run_loop(serve(create_app(config), host, port, config.limits, ssl_context))
     except OSError as e:
         print(f"cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
         return 1
@@ -165,6 +107,8 @@ def sim_options(pairs: list[str]) -> dict[str, Any]:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from gateway import dialects
+    from gateway.config import Limits
+    from gateway.server import run_loop, serve
     from gateway.simulator.server import create_sim_app
 
     if args.dialect not in dialects.available():
@@ -176,7 +120,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(str(e), file=sys.stderr)
         return 2
     try:
-        run_loop(_run(app, args.host, args.port))
+        run_loop(serve(app, args.host, args.port, Limits()))
     except OSError as e:
         print(f"cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
         return 1

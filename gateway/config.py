@@ -4,6 +4,7 @@ The shape is the contract in DESIGN.md §1. Dialect-specific `options` are valid
 dialect's own options model (see gateway.dialects), so an unknown option is a config error.
 """
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -37,6 +38,21 @@ class Listen(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     tls: TLSListen | None = None
+    # Proxies (addresses or CIDR blocks) whose X-Forwarded-For the access log believes.
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for item in v:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"not an IP address or CIDR block: {item!r}") from None
+        return v
+
+    def proxy_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        return [ipaddress.ip_network(item, strict=False) for item in self.trusted_proxies]
 
 
 class Auth(_Strict):
@@ -51,8 +67,29 @@ class Auth(_Strict):
 
 
 class Limits(_Strict):
+    """What one client, or all of them together, may cost the gateway (README, Operations)."""
+
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    # Upstream requests in flight at once, over every client: a fanned-out request counts each.
     max_concurrent_requests: int = Field(1024, gt=0)
+    # Upstream requests one client request may open (prompts x choices, when fanned out).
+    max_fanout: int = Field(16, gt=0)
+    # From a connection's first byte (or from its opening) to the end of a request's headers.
+    client_header_timeout_s: float = Field(10.0, gt=0)
+    # From the end of the headers to the end of the body.
+    client_body_timeout_s: float = Field(30.0, gt=0)
+    # An idle keep-alive connection is closed after this long.
+    client_keepalive_timeout_s: float = Field(75.0, gt=0)
+    # All header lines of one request together.
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    # Request bodies held in memory at once, all clients together.
+    max_buffered_body_bytes: int = Field(256 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _body_fits(self) -> "Limits":
+        if self.max_buffered_body_bytes < self.max_body_bytes:
+            raise ValueError("max_buffered_body_bytes must be at least max_body_bytes")
+        return self
 
 
 class Metrics(_Strict):
@@ -98,6 +135,8 @@ class Backend(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(600.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
+    # Connections open to this backend at once (all replicas); more requests wait for one.
+    max_connections: int = Field(256, gt=0)
     tokenizer: str | None = None
     tls: BackendTLS | None = None
     options: dict[str, Any] = Field(default_factory=dict)

@@ -17,8 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway import jsonutil
-from gateway.core.engine import SessionRef
-from gateway.core.routing import Backend, shown_url
+from gateway.core.routing import Backend
 
 PROBE_TIMEOUT_S = 2.0
 CACHE_S = 2.0
@@ -27,7 +26,6 @@ CACHE_S = 2.0
 @dataclass(eq=False)
 class Readiness:
     backends: list[Backend]
-    session: SessionRef
     timeout_s: float = PROBE_TIMEOUT_S
     cache_s: float = CACHE_S
     clock: Callable[[], float] = time.monotonic
@@ -35,13 +33,19 @@ class Readiness:
     _state: dict[str, Any] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def _probe(self, b: Backend, url: str) -> dict[str, Any]:
+    async def _probe(self, b: Backend, replica: int) -> dict[str, Any]:
+        # Replicas are named by their position in `urls:`: the endpoint is public, and the
+        # addresses behind the gateway are not for anyone who can reach it.
+        url = b.urls[replica]
         path = b.dialect.outbound.health_path(b)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        shown = shown_url(url)
         try:
-            async with self.session.get().get(
-                url + path, headers=b.headers, timeout=timeout, ssl=b.ssl_ctx if b.ssl_ctx is not None else True
+            async with b.client().get(
+                url + path,
+                headers=b.headers,
+                timeout=timeout,
+                ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
+                allow_redirects=False,
             ) as resp:
                 body = await resp.read()
                 ready = 200 <= resp.status < 300
@@ -49,14 +53,14 @@ class Readiness:
                 check = getattr(b.dialect.outbound, "health_ok", None)
                 if ready and check is not None:
                     ready = bool(check(body))
-                return {"url": shown, "path": path, "ready": ready, "status": resp.status}
+                return {"replica": replica, "path": path, "ready": ready, "status": resp.status}
         except TimeoutError:
-            return {"url": shown, "path": path, "ready": False, "error": f"timeout after {self.timeout_s:g}s"}
+            return {"replica": replica, "path": path, "ready": False, "error": f"timeout after {self.timeout_s:g}s"}
         except aiohttp.ClientError as e:
-            return {"url": shown, "path": path, "ready": False, "error": type(e).__name__}
+            return {"replica": replica, "path": path, "ready": False, "error": type(e).__name__}
 
     async def _backend(self, b: Backend) -> dict[str, Any]:
-        replicas = await asyncio.gather(*(self._probe(b, u) for u in b.urls))
+        replicas = await asyncio.gather(*(self._probe(b, i) for i in range(len(b.urls))))
         return {"dialect": b.conf.dialect, "ready": any(r["ready"] for r in replicas), "replicas": list(replicas)}
 
     async def state(self) -> tuple[dict[str, Any], bool]:

@@ -5,6 +5,8 @@ from typing import Any
 import orjson
 
 JSONDecodeError = orjson.JSONDecodeError
+# Raised for what JSON cannot carry: nesting deeper than 254 levels, integers beyond 64 bits.
+JSONEncodeError = orjson.JSONEncodeError
 
 
 def dumps(obj: Any) -> bytes:

@@ -9,17 +9,17 @@ never prompts, completions, query strings or header values.
 """
 
 import logging
-import re
 import sys
-import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
+
 from gateway import jsonutil
+from gateway.redact import REDACT
 
 ACCESS = logging.getLogger("gateway.access")
-REDACTED = "[REDACTED]"
 # Loggers whose records are scrubbed: a filter on a logger covers records created on that very
 # logger only (not its children), so each one is listed.
 REDACTED_LOGGERS = (
@@ -34,46 +34,6 @@ REDACTED_LOGGERS = (
     "aiohttp.websocket",
     "asyncio",
 )
-_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
-_MIN_SECRET = 4  # shorter values would scrub ordinary words
-
-
-class Redactor:
-    """The process-wide set of secret strings, and the substitution that hides them."""
-
-    def __init__(self) -> None:
-        self._secrets: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
-        self._lock = threading.Lock()
-
-    def add(self, values: Iterable[str]) -> None:
-        with self._lock:
-            new = {v for v in values if len(v) >= _MIN_SECRET} - self._secrets
-            if not new:
-                return
-            self._secrets |= new
-            # Longest first, so a secret that contains another is hidden whole.
-            ordered = sorted(self._secrets, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(s) for s in ordered))
-
-    def __call__(self, text: str) -> str:
-        if self._pattern is not None:
-            text = self._pattern.sub(REDACTED, text)
-        return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-
-
-REDACT = Redactor()
-
-
-def secret_header_values(headers: dict[str, str]) -> list[str]:
-    """Values of configured headers to hide: the whole value, and the token after a scheme."""
-    out: list[str] = []
-    for v in headers.values():
-        out.append(v)
-        scheme, _, token = v.partition(" ")
-        if token and scheme.isalpha():
-            out.append(token.strip())
-    return out
 
 
 class RedactingFilter(logging.Filter):
@@ -88,6 +48,14 @@ class RedactingFilter(logging.Filter):
             msg = str(record.msg)
         record.msg = REDACT(msg)
         record.args = None
+        if _malformed_request(record):
+            # A client that sends something that is not HTTP is the client's problem, not an
+            # error of the gateway's: one line at INFO, no traceback.
+            assert record.exc_info is not None
+            record.msg = REDACT(" ".join(f"{msg}: {record.exc_info[1]}".split()))
+            record.exc_info = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
         if record.exc_info and not record.exc_text:
             record.exc_text = self._fmt.formatException(record.exc_info)
         if record.exc_text:
@@ -100,6 +68,14 @@ class RedactingFilter(logging.Filter):
             # a checked token; the rest are config names, numbers and enums).
             record.access = {**access, "path": REDACT(access["path"])}
         return True
+
+
+def _malformed_request(record: logging.LogRecord) -> bool:
+    return (
+        record.name == "aiohttp.server"
+        and record.exc_info is not None
+        and isinstance(record.exc_info[1], HttpProcessingError | RequestPayloadError)
+    )
 
 
 _FILTER = RedactingFilter()

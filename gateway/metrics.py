@@ -9,7 +9,10 @@ start: prometheus-client then keeps every value in per-process files in that fol
 scrape of any worker aggregates them all (see `exposition`). A single process needs nothing.
 """
 
+import asyncio
 import os
+import time
+from collections import deque
 from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -26,6 +29,8 @@ OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 
 UPSTREAM_ERROR_CLASSES = ("connect", "timeout", "status_4xx", "status_5xx", "protocol", "midstream")
 DISCONNECT_PHASES = ("before_first_token", "streaming")
+LAG_INTERVAL_S = 0.25
+LAG_WINDOW_S = 10.0
 
 
 def multiprocess_dir() -> str | None:
@@ -124,6 +129,12 @@ class Metrics:
             ["route", "phase"],
             registry=r,
         )
+        self.loop_lag = Gauge(
+            "gateway_event_loop_lag_seconds",
+            f"How late the event loop ran a timer, the worst of the last {LAG_WINDOW_S:g}s",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
 
     def route(self, route: str, backend: str) -> RouteMetrics:
         rm = self._routes.get((route, backend))
@@ -156,3 +167,15 @@ class Metrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
         return generate_latest(registry)
+
+
+async def watch_loop_lag(gauge: Gauge, interval_s: float = LAG_INTERVAL_S) -> None:
+    """Sleep `interval_s` again and again; how much later than asked each wake-up comes is the
+    time the loop spent on something that did not yield. The gauge shows the worst of the last
+    LAG_WINDOW_S, so a stall is still visible to a scrape that comes a few seconds later."""
+    recent: deque[float] = deque(maxlen=max(1, round(LAG_WINDOW_S / interval_s)))
+    while True:
+        t0 = time.perf_counter()
+        await asyncio.sleep(interval_s)
+        recent.append(max(time.perf_counter() - t0 - interval_s, 0.0))
+        gauge.set(max(recent))

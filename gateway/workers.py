@@ -40,13 +40,12 @@ MIN_UPTIME_S = 5.0
 def _worker(config: Config, host: str, port: int, log_format: str, log_level: str, ready: "Queue[int]") -> None:
     from gateway import logs
     from gateway.app import create_app
-    from gateway.cli import _listen_ssl, _run, run_loop
+    from gateway.server import listen_ssl, run_loop, serve
 
     logs.setup(log_format, log_level)
     try:
-        run_loop(
-            _run(create_app(config), host, port, _listen_ssl(config), reuse_port=True, on_ready=lambda p: ready.put(p))
-        )
+        app = create_app(config)
+        run_loop(serve(app, host, port, config.limits, listen_ssl(config), reuse_port=True, on_ready=ready.put))
     except OSError as e:
         print(f"worker {os.getpid()}: cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -105,7 +104,7 @@ def serve_workers(config: Config, host: str, port: int, workers: int, log_format
         nonlocal stopping
         stopping = True
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     code = 0
     try:
         for slot in range(workers):

@@ -17,7 +17,7 @@ import pytest
 from gateway import config as cfg
 from gateway import jsonutil
 from gateway.adapters.stops import StopStream
-from gateway.core.engine import ProxyEngine, SessionRef
+from gateway.core.engine import ProxyEngine
 from gateway.core.exchange import Exchange
 from gateway.core.params import Fate
 from gateway.core.routing import Backend
@@ -48,20 +48,19 @@ class NoStopOutbound:
 
 
 @pytest.fixture
-async def session() -> AsyncIterator[SessionRef]:
-    ref = SessionRef()
-    ref.session = aiohttp.ClientSession()
-    yield ref
-    await ref.session.close()
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    s = aiohttp.ClientSession()
+    yield s
+    await s.close()
 
 
-def engine(upstream: FakeUpstream, session: SessionRef, outbound: Any = None) -> ProxyEngine:
+def engine(upstream: FakeUpstream, session: aiohttp.ClientSession, outbound: Any = None) -> ProxyEngine:
     d = get_dialect("openai")
     if outbound is not None:
         d = dataclasses.replace(d, outbound=outbound)
     conf = cfg.Backend(dialect="openai", url=upstream.url)
-    backend = Backend("up", conf, d, d.outbound.options_model(), [upstream.url], {})
-    return ProxyEngine(backend, session)
+    backend = Backend("up", conf, d, d.outbound.options_model(), [upstream.url], {}, session=session)
+    return ProxyEngine(backend)
 
 
 def chat(stream: bool, **params: Any) -> Request:
@@ -103,7 +102,7 @@ async def collect(stream: Any) -> list[Event]:
     return out
 
 
-async def test_stream_stop_is_emulated_and_cancels_the_backend(upstream: FakeUpstream, session: SessionRef) -> None:
+async def test_stream_stop_is_emulated_and_cancels_the_backend(upstream: FakeUpstream, session: Any) -> None:
     frames = [chunk(""), chunk("The answer"), chunk(" is 4"), chunk("2.\nUs"), chunk("er: more")]
     upstream.reply = sse_reply(frames, hang=True, upstream=upstream)
     eng = engine(upstream, session, NoStopOutbound())
@@ -121,7 +120,7 @@ async def test_stream_stop_is_emulated_and_cancels_the_backend(upstream: FakeUps
     await asyncio.wait_for(upstream.disconnected.wait(), 10)
 
 
-async def test_stream_include_stop(upstream: FakeUpstream, session: SessionRef) -> None:
+async def test_stream_include_stop(upstream: FakeUpstream, session: Any) -> None:
     upstream.reply = sse_reply([chunk("a END b"), chunk(None, "stop"), b"data: [DONE]\n\n"])
     eng = engine(upstream, session, NoStopOutbound())
     req = chat(True, stop=["END"], include_stop_str_in_output=True)
@@ -131,7 +130,7 @@ async def test_stream_include_stop(upstream: FakeUpstream, session: SessionRef) 
     assert "include_stop_str_in_output" not in upstream.last.json
 
 
-async def test_whole_answer_is_cut(upstream: FakeUpstream, session: SessionRef) -> None:
+async def test_whole_answer_is_cut(upstream: FakeUpstream, session: Any) -> None:
     upstream.reply = json_reply(completion("Hello STOP world"))
     eng = engine(upstream, session, NoStopOutbound())
     result = await eng.complete(chat(False, stop=["STOP"]), Exchange(time.perf_counter()))
@@ -141,7 +140,7 @@ async def test_whole_answer_is_cut(upstream: FakeUpstream, session: SessionRef) 
     assert "stop" not in upstream.last.json
 
 
-async def test_whole_answer_without_a_match_is_untouched(upstream: FakeUpstream, session: SessionRef) -> None:
+async def test_whole_answer_without_a_match_is_untouched(upstream: FakeUpstream, session: Any) -> None:
     upstream.reply = json_reply(completion("Hello world", "stop"))
     eng = engine(upstream, session, NoStopOutbound())
     result = await eng.complete(chat(False, stop=["STOP"]), Exchange(time.perf_counter()))
@@ -149,7 +148,7 @@ async def test_whole_answer_without_a_match_is_untouched(upstream: FakeUpstream,
     assert (result.choices[0].text, result.choices[0].finish) == ("Hello world", Finish.EOS)
 
 
-async def test_mapped_stop_is_not_emulated(upstream: FakeUpstream, session: SessionRef) -> None:
+async def test_mapped_stop_is_not_emulated(upstream: FakeUpstream, session: Any) -> None:
     upstream.reply = sse_reply([chunk("a STOP b"), chunk(None, "length"), b"data: [DONE]\n\n"])
     eng = engine(upstream, session)
     stream = await eng.open_stream(chat(True, stop=["STOP"]), Exchange(time.perf_counter()))

@@ -141,16 +141,22 @@ async def test_oversized_body_is_413(gw, upstream):
     assert (await gw.post("/v1/chat/completions", json={"model": "a", "messages": MSGS})).status == 200
 
 
-async def test_unknown_paths_and_methods_are_json(gw):
+async def test_unknown_paths_and_methods_answer_in_the_mounted_dialects_shape(gw):
+    # Only OpenAI is mounted here, so every path the router cannot match is OpenAI's to answer.
     resp = await gw.get("/v2/nothing/here")
     assert resp.status == 404
     assert resp.headers["Content-Type"].startswith("application/json")
-    assert await resp.json() == {"error": "Not Found: GET /v2/nothing/here"}
+    err = (await resp.json())["error"]
+    assert err["type"] == "invalid_request_error"
+    assert err["message"] == "GET /v2/nothing/here: not served here"
     resp = await gw.get("/v1/chat/completions")
     assert resp.status == 405
-    assert "error" in await resp.json()
+    assert (await resp.json())["error"]["type"] == "invalid_request_error"
     resp = await gw.post("/v1/models", json={})
     assert resp.status == 405
+    resp = await gw.get("/%2e%2e/%00%ff/\u202e")
+    assert resp.status == 404
+    assert "message" in (await resp.json())["error"]
 
 
 async def test_never_a_500_for_odd_but_valid_json(gw, upstream):
@@ -170,3 +176,31 @@ async def test_never_a_500_for_odd_but_valid_json(gw, upstream):
         resp = await gw.post("/v1/chat/completions", json=body)
         assert resp.status == 200, body
     assert len(upstream.requests) == len(odd)
+
+
+async def test_unmatched_paths_answer_in_the_shape_of_the_dialect_mounted_there(upstream, make_gateway):
+    backends = {"up": {"dialect": "openai", "url": upstream.url}}
+    routes = [
+        {"name": d, "dialect": d, "backend": "up", **({"prefix": "/mindie"} if d == "mindie" else {})}
+        for d in ("openai", "mindie", "tgi", "triton", "databricks")
+    ]
+    gw = await make_gateway({"backends": backends, "routes": routes})
+
+    async def answer(method: str, path: str) -> tuple[int, Any]:
+        resp = await gw.request(method, path)
+        return resp.status, await resp.json()
+
+    status, body = await answer("GET", "/v1/nope")
+    assert status == 404 and body["error"]["type"] == "invalid_request_error"
+    status, body = await answer("POST", "/v2/models/m/infer")
+    assert status == 404 and body == {"error": "POST /v2/models/m/infer: not served here"}
+    status, body = await answer("GET", "/mindie/nope")
+    assert status == 404 and body["error_type"] == "NotFoundError"
+    status, body = await answer("POST", "/serving-endpoints/x/nope")
+    assert status == 404 and body["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+    status, body = await answer("GET", "/generate")
+    assert status == 404 and body["error_type"] == "not_found"  # TGI's path, wrong method: TGI's shape
+    # A path no dialect claims under a prefix several share: plain JSON, still no traceback.
+    status, body = await answer("GET", "/%00odd/\u202e")
+    assert status == 404 and set(body) == {"error"}
+    assert upstream.requests == []

@@ -151,6 +151,7 @@ class _FakeInbound:
 class _FakeOutbound:
     name = "mindie"
     options_model: type[BaseModel] = NoOptions
+    shared_credentials = False
 
 
 def test_cross_dialect_path_collision(monkeypatch):

@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from gateway import logs
+from gateway import logs, redact
 from tests.conftest import one_route
 from tests.support import json_reply, raw_reply, sse_reply
 
@@ -101,7 +101,7 @@ async def test_one_access_line_per_request_with_fields_and_no_content(upstream, 
     assert obj["logger"] == "gateway.access" and obj["level"] == "info"
     assert obj["request_id"] == "abc" and obj["status"] == 200 and obj["completion_tokens"] == 4
     # The text form: key=value pairs.
-    assert "request_id=abc route=r backend=up" in rec.getMessage()
+    assert "request_id=abc client=127.0.0.1 route=r backend=up" in rec.getMessage()
 
 
 async def test_access_line_for_a_rejected_request(upstream, make_gateway, caplog):
@@ -160,11 +160,11 @@ async def test_secrets_never_reach_the_logs(upstream, make_gateway, caplog, monk
 
 
 def test_redactor_hides_registered_values_and_bearer_tokens():
-    logs.REDACT.add(["abcd1234secret", "xy"])
-    assert logs.REDACT("key=abcd1234secret!") == "key=[REDACTED]!"
-    assert logs.REDACT("xy stays: too short to be a secret") == "xy stays: too short to be a secret"
-    assert logs.REDACT("Authorization: Bearer eyJhbGciOi.J9") == "Authorization: Bearer [REDACTED]"
-    assert logs.secret_header_values({"Authorization": "Bearer tok123"}) == ["Bearer tok123", "tok123"]
+    redact.REDACT.add(["abcd1234secret", "xy"])
+    assert redact.REDACT("key=abcd1234secret!") == "key=[REDACTED]!"
+    assert redact.REDACT("xy stays: too short to be a secret") == "xy stays: too short to be a secret"
+    assert redact.REDACT("Authorization: Bearer eyJhbGciOi.J9") == "Authorization: Bearer [REDACTED]"
+    assert redact.secret_header_values({"Authorization": "Bearer tok123"}) == ["Bearer tok123", "tok123"]
 
 
 def test_setup_writes_json_lines():
@@ -185,3 +185,48 @@ def test_setup_writes_json_lines():
     assert len(lines) == 1
     obj = json.loads(lines[0])
     assert obj["request_id"] == "r1" and obj["status"] == 200 and obj["route"] == "chat"
+
+
+async def test_access_line_names_the_client_and_the_key_never_the_key_itself(upstream, make_gateway, caplog):
+    caplog.set_level(logging.INFO)
+    upstream.reply = raw_reply(CHAT_RESPONSE)
+    key = "gw-client-key-0042"
+    conf = one_route("openai", "openai", upstream.url)
+    conf["auth"] = {"api_keys": [key]}
+    gw = await make_gateway(conf)
+    # Without trusted proxies, X-Forwarded-For is a claim anyone can make: the peer is logged.
+    r = await gw.post(
+        "/v1/chat/completions", json=chat(), headers={"Authorization": f"Bearer {key}", "X-Forwarded-For": "6.6.6.6"}
+    )
+    assert r.status == 200
+    [a] = access_records(caplog)
+    assert a["client"] == "127.0.0.1"
+    assert re.fullmatch(r"key-[0-9a-f]{10}", a["key"])
+    assert key not in caplog.text
+
+
+async def test_forwarded_for_is_believed_only_from_trusted_proxies(upstream, make_gateway, caplog):
+    caplog.set_level(logging.INFO)
+    upstream.reply = raw_reply(CHAT_RESPONSE)
+    conf = one_route("openai", "openai", upstream.url)
+    conf["listen"] = {"trusted_proxies": ["127.0.0.0/8", "10.0.0.0/8"]}
+    gw = await make_gateway(conf)
+    # client -> 10.1.2.3 (a trusted proxy) -> loopback (trusted) -> gateway; the leftmost hop is
+    # what the client claims about itself and is not believed past the first untrusted address.
+    xff = "1.1.1.1, 203.0.113.9, 10.1.2.3"
+    await gw.post("/v1/chat/completions", json=chat(), headers={"X-Forwarded-For": xff})
+    await gw.post("/v1/chat/completions", json=chat(), headers={"X-Forwarded-For": "not-an-ip, 10.9.9.9"})
+    assert [a["client"] for a in access_records(caplog)] == ["203.0.113.9", "10.9.9.9"]
+
+
+def test_trusted_proxies_must_be_addresses_or_blocks():
+    from gateway.config import ConfigError, parse_config
+
+    conf = one_route("openai", "openai", "http://x:1")
+    conf["listen"] = {"trusted_proxies": ["10.0.0.0/8", "proxy.local"]}
+    try:
+        parse_config(conf)
+    except ConfigError as e:
+        assert e.lines == ["listen.trusted_proxies: not an IP address or CIDR block: 'proxy.local'"]
+    else:
+        raise AssertionError("accepted a host name as a trusted proxy")

@@ -312,29 +312,21 @@ async def test_concurrency_limit_is_503_and_released(upstream, aiohttp_client):
     assert resp.status == 200
 
 
-async def test_stale_keepalive_connection_is_retried_once(upstream, make_gateway):
-    """A backend that drops the connection before answering gets one more try, then 502."""
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_request_the_backend_received_is_never_sent_twice(upstream, make_gateway, stream):
+    """A backend that drops the connection after reading the request may already be generating:
+    sending it again would start a second generation (billed twice), so the client gets a 502."""
     calls = []
 
     async def reply(request, rec):
         calls.append(1)
-        if len(calls) == 1:
-            # Close the socket without a response, as a backend does to an idle pooled connection.
-            assert request.transport is not None
-            request.transport.close()
-            raise ConnectionResetError
-        return web.json_response(
-            {
-                "id": "x",
-                "object": "chat.completion",
-                "created": 1,
-                "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-            }
-        )
+        assert request.transport is not None
+        request.transport.close()
+        raise ConnectionResetError
 
     upstream.reply = reply
     gw = await make_gateway(one_route("openai", "openai", upstream.url))
-    resp = await gw.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-    assert resp.status == 200
-    assert len(calls) == 2
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    err = await error_of(await gw.post("/v1/chat/completions", json=body), 502)
+    assert err["type"] == "server_error"
+    assert len(calls) == 1

@@ -6,7 +6,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import jsonutil
-from gateway.app import BACKENDS, SESSION, create_app
+from gateway.app import BACKENDS, create_app
 from gateway.config import parse_config
 from gateway.core.engine import ProxyEngine
 from gateway.core.exchange import serve
@@ -141,7 +141,7 @@ def foreign_parse(body: bytes, request: web.Request) -> Request:
 async def foreign_gateway(aiohttp_client: Any, url: str, extensions: str = "none") -> Any:
     app = create_app(parse_config(one_route("openai", "openai", url, options={"extensions": extensions})))
     b = app[BACKENDS]["up"]
-    group = RouteGroup("foreign", "", [Route("f", "foreign", "", None, b, ProxyEngine(b, app[SESSION]))])
+    group = RouteGroup("foreign", "", [Route("f", "foreign", "", None, b, ProxyEngine(b))])
     ep = Endpoint(foreign_parse, render.render_chat, render.chat_stream_renderer)
 
     async def handle(request: web.Request) -> web.StreamResponse:

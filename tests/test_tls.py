@@ -120,7 +120,7 @@ async def test_backend_refusing_the_handshake_is_a_clear_error(aiohttp_client, m
 
 async def test_gateway_listener_with_client_certificates(aiohttp_server, mtls_mindie, pki):
     """listen.tls with client_ca: only clients holding a certificate from that CA get in."""
-    from gateway.cli import _listen_ssl
+    from gateway.server import listen_ssl as _listen_ssl
 
     url, _ = mtls_mindie
     tls = {"ca": pki["ca"][0], "cert": pki["client"][0], "key": pki["client"][1]}

@@ -7,14 +7,36 @@ text-only clients and back. Everything here works offline: `tokenizer.json` is r
 
 from __future__ import annotations
 
+import ctypes
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 
 _REPLACEMENT = "\ufffd"
+# Texts this long (characters) are encoded by the batch call, which releases the GIL.
+_LONG = 4096
+# Past this many characters the library's scratch memory runs to hundreds of megabytes.
+_HUGE = 1 << 20
+
+
+def _libc_trim() -> Callable[[], None]:
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to ask
+        return lambda: None
+
+    def run() -> None:
+        trim(0)
+
+    return run
+
+
+# glibc keeps freed pages for reuse; after a huge text they would hold the process's memory at
+# its peak for good, so they are handed back (a few milliseconds, in the worker thread).
+_return_freed_memory = _libc_trim()
 
 
 def _token_text(value: Any) -> str | None:
@@ -83,15 +105,32 @@ class Tokenizer:
         return cls(_HFTokenizer.from_file(str(path)), read_config(folder))
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        ids: list[int] = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        if len(text) >= _LONG:
+            ids: list[int] = self._encode_long(text, add_special_tokens).ids
+        else:
+            ids = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
         return ids
 
+    def _encode_long(self, text: str, add_special_tokens: bool) -> Any:
+        # The batch call lets go of the GIL while it works, so a long text encoded in a worker
+        # thread does not hold up the event loop's thread; the "fast" one skips the character
+        # offsets nothing here reads, which is most of the time and memory on a long text.
+        encoding = self._tok.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0]
+        if len(text) >= _HUGE:
+            _return_freed_memory()
+        return encoding
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        text: str = self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if len(ids) >= _LONG // 4:
+            text: str = self._tok.decode_batch([list(ids)], skip_special_tokens=skip_special_tokens)[0]
+        else:
+            text = self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return text
 
     def count(self, text: str) -> int:
-        return len(self.encode(text))
+        if len(text) >= _LONG:
+            return len(self._encode_long(text, False))  # the length, without a list of every id
+        return len(self._tok.encode(text, add_special_tokens=False))
 
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._tok.token_to_id(token)

@@ -19,6 +19,7 @@ from gateway.adapters.stops import StopStream, apply_stops
 from gateway.adapters.token_ids import TokenIdStream, fill_token_ids
 from gateway.core.errors import (
     GatewayError,
+    InvalidRequest,
     Kind,
     UpstreamClass,
     UpstreamConnectError,
@@ -26,6 +27,7 @@ from gateway.core.errors import (
     UpstreamTimeout,
     upstream_status_error,
 )
+from gateway.core.offload import OFFLOAD_BYTES, offload
 from gateway.core.params import Fate, apply_policy
 from gateway.core.routing import Backend, shown_url
 from gateway.core.types import EmbeddingResult, Event, Request, Result
@@ -64,10 +66,9 @@ def _malformed(backend: Backend, what: str) -> UpstreamError:
 
 
 class ProxyEngine:
-    def __init__(self, backend: Backend, session: "SessionRef") -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.codec = backend.dialect.outbound
-        self._session = session
         conf = backend.conf
         # A stream may run for long; what must not run long is the wait for its next chunk.
         self._stream_timeout = aiohttp.ClientTimeout(
@@ -101,7 +102,7 @@ class ProxyEngine:
             return False
         return self.codec.fates(self.backend, req).get("n") is Fate.EMULATE
 
-    def _prepare(self, req: Request) -> tuple[UpstreamCall, list[str] | None]:
+    async def _prepare(self, req: Request) -> tuple[UpstreamCall, list[str] | None]:
         """The upstream call, and the stop strings the gateway must enforce itself (if any)."""
         stops: list[str] | None = None
         if req.inbound != self.backend.conf.dialect:
@@ -113,9 +114,20 @@ class ProxyEngine:
             wanted = req.params.get("stop")
             if fates.get("stop") is Fate.EMULATE and wanted:
                 stops = [wanted] if isinstance(wanted, str) else list(wanted)
-        call = self.codec.build(req, self.backend)
+        # A large request may mean a long chat-template render or tokenizer run: off the event
+        # loop, so one big prompt does not stall every other request.
+        call = await offload(self._build, req) if req.body_bytes >= OFFLOAD_BYTES else self._build(req)
         call.headers.setdefault("X-Request-Id", req.request_id)
         return call, stops
+
+    def _build(self, req: Request) -> UpstreamCall:
+        try:
+            return self.codec.build(req, self.backend)
+        except jsonutil.JSONEncodeError:
+            # orjson reads what it cannot write (nesting past 254 levels); the body is the client's.
+            raise InvalidRequest(
+                "The request body nests too deeply or holds a number out of range", code="invalid_json"
+            ) from None
 
     async def _send(self, call: UpstreamCall, ex: "Exchange") -> aiohttp.ClientResponse:
         b = self.backend
@@ -125,38 +137,32 @@ class ProxyEngine:
         timeout = self._stream_timeout if call.stream else self._whole_timeout
         last: Exception | None = None
         ex.upstream_start = time.perf_counter()
-        attempts = b.replicas()
-        retried = False
-        while attempts:
-            url = attempts.pop(0)
+        session = b.client()
+        for url in b.replicas():
             try:
-                resp = await self._session.get().request(
+                resp = await session.request(
                     call.method,
                     self._url(url, call.path),
                     data=call.body,
                     headers=headers,
                     timeout=timeout,
                     ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
+                    allow_redirects=False,
                 )
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+                # No connection, so not a byte of the request left: the next replica may take it.
                 log.warning("backend %s: cannot connect to %s: %s", b.name, shown_url(url), e)
-                last = e  # this replica is down: the next one may not be
-                continue
-            except aiohttp.ServerDisconnectedError as e:
-                # Usually a pooled keep-alive connection the backend closed while idle: the
-                # request never reached it, so one more try on a fresh connection is safe.
                 last = e
-                if not retried:
-                    retried = True
-                    attempts.insert(0, url)
                 continue
             except (TimeoutError, aiohttp.ServerTimeoutError):
                 raise UpstreamTimeout(f"backend {b.name!r} did not answer within {b.conf.timeout_s:g}s") from None
             except aiohttp.ClientError as e:
-                # The cause (a TLS alert, a reset) is for the operator's log, not the client.
+                # The request may have reached the backend (a reset after it was written): sending
+                # it again could start a second generation, so it is never resent. The cause (a TLS
+                # alert, a reset) is for the operator's log, not the client.
                 log.warning("backend %s: request to %s failed: %s", b.name, shown_url(url), e)
                 raise UpstreamConnectError(f"backend {b.name!r} failed: {type(e).__name__}") from None
-            if resp.status >= 400:
+            if resp.status >= 300:
                 try:
                     body = await resp.content.read(MAX_ERROR_BODY)
                 except (TimeoutError, aiohttp.ClientError):
@@ -172,7 +178,7 @@ class ProxyEngine:
         )
 
     async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult:
-        call, stops = self._prepare(req)
+        call, stops = await self._prepare(req)
         try:
             resp = await self._send(call, ex)
             call.response_headers = resp.headers
@@ -202,14 +208,18 @@ class ProxyEngine:
         if stops and isinstance(result, Result):
             result = apply_stops(result, stops, bool(req.params.get("include_stop_str_in_output", False)))
         if self._fills_token_ids(req) and isinstance(result, Result):
-            result = fill_token_ids(result, tokenizer_for(self.backend))
+            tok = tokenizer_for(self.backend)
+            if len(body) >= OFFLOAD_BYTES:
+                result = await offload(fill_token_ids, result, tok)
+            else:
+                result = fill_token_ids(result, tok)
         return result
 
     def _fills_token_ids(self, req: Request) -> bool:
         return req.wants_token_ids and bool(self.backend.conf.tokenizer) and req.inbound != self.backend.conf.dialect
 
     async def open_stream(self, req: Request, ex: "Exchange") -> EventStream:
-        call, stops = self._prepare(req)
+        call, stops = await self._prepare(req)
         try:
             resp = await self._send(call, ex)
         except BaseException:
@@ -273,16 +283,3 @@ class _ProxyStream:
         self._ex.upstream_done()
         # close(), not release(): an unfinished upstream stream must be cut, so the backend stops.
         self._resp.close()
-
-
-class SessionRef:
-    """The app's one ClientSession, created in cleanup_ctx after the engines are built."""
-
-    __slots__ = ("session",)
-
-    def __init__(self) -> None:
-        self.session: aiohttp.ClientSession | None = None
-
-    def get(self) -> aiohttp.ClientSession:
-        assert self.session is not None, "client session used before app startup"
-        return self.session

@@ -6,6 +6,8 @@ kind, as MindIE does with 422 for validation); nothing else builds client-facing
 
 from enum import StrEnum
 
+from gateway.redact import for_client
+
 
 class Kind(StrEnum):
     VALIDATION = "validation"
@@ -13,6 +15,7 @@ class Kind(StrEnum):
     PERMISSION = "permission"
     NOT_FOUND = "not_found"
     TOO_LARGE = "too_large"
+    CLIENT_TIMEOUT = "client_timeout"  # the client was too slow sending its request
     UNSUPPORTED = "unsupported"  # a capability gap the gateway cannot bridge with this config
     RATE_LIMIT = "rate_limit"
     OVERLOADED = "overloaded"
@@ -73,6 +76,11 @@ class PayloadTooLarge(GatewayError):
     kind = Kind.TOO_LARGE
 
 
+class RequestTimeout(GatewayError):
+    status = 408
+    kind = Kind.CLIENT_TIMEOUT
+
+
 class Unsupported(GatewayError):
     """The request needs something this route's backend cannot do as configured."""
 
@@ -86,7 +94,11 @@ class Overloaded(GatewayError):
 
 
 class UpstreamError(GatewayError):
-    """The backend failed. `upstream_class` labels the metric; the message is safe to show."""
+    """The backend failed. `upstream_class` labels the metric.
+
+    The message often quotes the backend's own words, which may echo a credential: it is
+    scrubbed and cut short here, once, so it is safe to show wherever it goes.
+    """
 
     status = 502
     kind = Kind.UPSTREAM
@@ -102,7 +114,7 @@ class UpstreamError(GatewayError):
         code: str | None = None,
         param: str | None = None,
     ) -> None:
-        super().__init__(message, status=status, code=code, param=param)
+        super().__init__(for_client(message), status=status, code=code, param=param)
         if upstream_class is not None:
             self.upstream_class = upstream_class
         if kind is not None:
@@ -142,4 +154,11 @@ def upstream_status_error(status: int, message: str, backend: str) -> UpstreamEr
         return UpstreamError(text, upstream_class=cls, status=503, kind=Kind.UNAVAILABLE)
     if status >= 500:
         return UpstreamError(text, upstream_class=cls, status=status, kind=Kind.UPSTREAM)
+    if 300 <= status < 400:
+        # Redirects are never followed: the request would carry the prompt and the backend's
+        # credentials to wherever the backend points.
+        return UpstreamError(
+            f"backend {backend!r} answered with a redirect ({status}), which the gateway does not follow",
+            upstream_class=UpstreamClass.PROTOCOL,
+        )
     return UpstreamError(text, upstream_class=cls, status=502, kind=Kind.UPSTREAM)

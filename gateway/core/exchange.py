@@ -12,15 +12,26 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import Histogram
 
+from gateway.config import Limits
 from gateway.core import fanout
-from gateway.core.errors import GatewayError, Overloaded, PayloadTooLarge, Unauthorized, UpstreamError
+from gateway.core.admission import Budget, Ticket
+from gateway.core.errors import (
+    GatewayError,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    Unauthorized,
+    UpstreamError,
+)
 from gateway.core.params import DROPPED_HEADER
+from gateway.core.peers import Network, client_address, key_id
 from gateway.core.routing import Route, RouteGroup
 from gateway.core.types import Event, ReasoningDelta, Request, TextDelta, ToolCallDelta, UsageEvent
 from gateway.dialects.base import SIMULATED_SERVER, Endpoint, Inbound, RenderContext
@@ -45,11 +56,21 @@ class Services:
     """What every handler needs from the app; stored under one AppKey."""
 
     metrics: Metrics
-    api_keys: frozenset[str] | None
-    max_body_bytes: int
-    max_concurrent: int
-    in_flight: int = 0
+    # API key -> the name the access log gives it; None when auth is off.
+    api_keys: dict[str, str] | None
+    limits: Limits
+    budget: Budget
+    trusted_proxies: list[Network] = field(default_factory=list)
     access_log: bool = True  # off for the gateway's in-process simulated backends
+
+    @classmethod
+    def of(cls, metrics: Metrics, limits: Limits, api_keys: Iterable[str] | None = None) -> "Services":
+        return cls(
+            metrics=metrics,
+            api_keys=None if api_keys is None else {k: key_id(k) for k in api_keys},
+            limits=limits,
+            budget=Budget(limits.max_concurrent_requests, limits.max_buffered_body_bytes),
+        )
 
 
 SERVICES = web.AppKey("services", Services)
@@ -71,6 +92,7 @@ class Exchange:
     itl: Histogram | None = None
     upstream_error: str | None = None
     disconnect: str | None = None
+    key: str | None = None  # the API key's log name
 
     def upstream_done(self) -> None:
         if self.upstream_start:
@@ -98,24 +120,44 @@ class Exchange:
             self.last_token = now
 
 
-def check_auth(request: web.Request) -> None:
-    """Raise Unauthorized unless auth is off or the request carries one of the configured keys."""
+def check_auth(request: web.Request) -> str | None:
+    """The key's log name (None when auth is off); Unauthorized unless the request carries one of
+    the configured keys."""
     keys = request.app[SERVICES].api_keys
     if keys is None:
-        return
+        return None
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or token.strip() not in keys:
+    name = keys.get(token.strip()) if scheme.lower() == "bearer" else None
+    if name is None:
         raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
+    return name
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes")
+async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> bytes:
+    """The whole body, within the size limit and the body deadline, with room reserved for it
+    in the gateway-wide body budget before a byte is read."""
+    limit = svc.limits.max_body_bytes
+    too_large = f"Request body is larger than the limit of {limit} bytes"
+    length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(too_large)
+    svc.budget.reserve_body(ticket, limit if length is None else length)
+    deadline = svc.limits.client_body_timeout_s
     try:
-        return await request.read()
+        async with asyncio.timeout(deadline):
+            body = await request.read()
+    except TimeoutError:
+        raise RequestTimeout(f"The request body did not arrive within {deadline:g}s") from None
     except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes") from None
+        raise PayloadTooLarge(too_large) from None
+    except RequestPayloadError:
+        raise InvalidRequest(
+            "The request body could not be read: it does not decode as its Content-Encoding says, or it broke off",
+            code="invalid_body",
+        ) from None
+    svc.budget.settle_body(ticket, len(body))
+    return body
 
 
 def handler(
@@ -136,15 +178,28 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     route: Route | None = None
     status = 500
     counted = False
+    ticket = Ticket()
+    body_read = False
     try:
-        check_auth(request)
-        body = await _read_body(request, svc.max_body_bytes)
+        ex.key = check_auth(request)
+        # The slot and the body's room are taken before the body is read: a flood of slow or
+        # unfinished bodies meets the limits, not the memory.
+        svc.budget.take_slots(ticket, 1)
+        body = await _read_body(request, svc, ticket)
+        body_read = True
         req = ep.parse(body, request)
         req.request_id = request_id
+        req.body_bytes = len(body)
         route = group.select(ep.path_model(request) if ep.path_model else req.model)
-        if svc.in_flight >= svc.max_concurrent:
-            raise Overloaded("The gateway is at its concurrent request limit; retry later")
-        svc.in_flight += 1
+        width = fanout.width(route.engine, req)
+        if width > svc.limits.max_fanout:
+            raise InvalidRequest(
+                f"This request would take {width} upstream requests (prompts x choices) and the limit is "
+                f"{svc.limits.max_fanout}; send fewer prompts or choices",
+                param="n",
+                code="too_many_choices",
+            )
+        svc.budget.take_slots(ticket, width - 1)
         counted = True
         if svc.metrics.enabled:
             rm = svc.metrics.route(route.name, route.backend.name)
@@ -178,21 +233,26 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             log.debug("request %s: upstream error (%s): %s", request_id, ex.upstream_error, e)
         resp = inbound.error_response(e)
         resp.headers[REQUEST_ID] = request_id
+        if not body_read:
+            # Refused before its body was read (too large, too slow, undecodable, over a limit):
+            # the connection closes rather than wait for the rest of a body no one will read.
+            resp.force_close()
         status = resp.status
         return resp
-    except (asyncio.CancelledError, ConnectionResetError):
-        # Cancelled: the server noticed the client left; reset: a write found it gone.
+    except asyncio.CancelledError:
+        # The server noticed the client left: the task is cancelled, which closes the upstream.
         status = 499
         ex.disconnect = "streaming" if ex.first_token else "before_first_token"
         raise
     finally:
-        if counted and route is not None:
-            svc.in_flight -= 1
-            if svc.metrics.enabled:
-                svc.metrics.route(route.name, route.backend.name).in_flight.dec()
+        svc.budget.release(ticket)
+        if counted and route is not None and svc.metrics.enabled:
+            svc.metrics.route(route.name, route.backend.name).in_flight.dec()
+        if ex.disconnect:
+            status = 499
         _record(svc.metrics, route, group, ex, status)
         if svc.access_log:
-            _access(request, request_id, route, group, ex, status)
+            _access(request, request_id, route, group, ex, status, svc.trusted_proxies)
 
 
 async def _stream(
@@ -218,7 +278,11 @@ async def _stream(
         resp.headers[REQUEST_ID] = ctx.request_id
         if req.dropped:
             resp.headers[DROPPED_HEADER] = ",".join(req.dropped)
-        await resp.prepare(request)
+        try:
+            await resp.prepare(request)
+        except ConnectionResetError:
+            ex.disconnect = "before_first_token"
+            return resp
         try:
             out = renderer.start()
             if first:
@@ -234,7 +298,9 @@ async def _stream(
                         await resp.write(out)
             tail = renderer.end()
         except ConnectionResetError:
-            raise
+            # A write found the client gone: normal, and the upstream closes on the way out.
+            ex.disconnect = "streaming" if ex.first_token else "before_first_token"
+            return resp
         except GatewayError as e:
             if isinstance(e, UpstreamError):
                 ex.upstream_error = e.upstream_class.value
@@ -243,9 +309,12 @@ async def _stream(
             # A bug must not leave the client hanging on a half-written stream.
             log.exception("unhandled error while streaming %s", request.path)
             tail = renderer.error(GatewayError("internal gateway error")) + renderer.end()
-        if tail:
-            await resp.write(tail)
-        await resp.write_eof()
+        try:
+            if tail:
+                await resp.write(tail)
+            await resp.write_eof()
+        except ConnectionResetError:
+            ex.disconnect = "streaming"
         return resp
     finally:
         await stream.aclose()
@@ -286,13 +355,21 @@ def _ms(seconds: float) -> float | None:
 
 
 def _access(
-    request: web.Request, request_id: str, route: Route | None, group: RouteGroup, ex: Exchange, status: int
+    request: web.Request,
+    request_id: str,
+    route: Route | None,
+    group: RouteGroup,
+    ex: Exchange,
+    status: int,
+    trusted: list[Network],
 ) -> None:
-    """The one access-log line of this request: names, status, timings, token counts; no content."""
+    """The one access-log line of this request: who, names, status, timings, token counts; no content."""
     backend = route.backend if route is not None else None
     access_log(
         {
             "request_id": request_id,
+            "client": client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted),
+            "key": ex.key,
             "route": route.name if route is not None else None,
             "backend": backend.name if backend is not None else None,
             "inbound": group.dialect,

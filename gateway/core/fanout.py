@@ -50,12 +50,26 @@ def prompts(req: Request) -> list[Any] | None:
     return None
 
 
-def _plan(engine: "Engine", req: Request) -> tuple[list[Request], int] | None:
-    """The sub-requests in choice-index order and how many choices each returns; None when
-    the engine takes the request whole."""
+def _shape(engine: "Engine", req: Request) -> tuple[list[Any] | None, int, bool]:
+    """The prompts to fan out (None: one request takes them all), n, and whether each choice
+    needs its own upstream request."""
     batch = None if getattr(engine, "batch_prompts", False) else prompts(req)
     n = int(req.params.get("n", 1))
     emulate_n = n > 1 and bool(getattr(engine, "emulates_n", lambda r: False)(req))
+    return batch, n, emulate_n
+
+
+def width(engine: "Engine", req: Request) -> int:
+    """How many upstream requests the engine will open for this request (counted, not built,
+    so a request asking for an absurd number costs nothing to refuse)."""
+    batch, n, emulate_n = _shape(engine, req)
+    return (len(batch) if batch is not None else 1) * (n if emulate_n else 1)
+
+
+def _plan(engine: "Engine", req: Request) -> tuple[list[Request], int] | None:
+    """The sub-requests in choice-index order and how many choices each returns; None when
+    the engine takes the request whole."""
+    batch, n, emulate_n = _shape(engine, req)
     if batch is None and not emulate_n:
         return None
     subs = []

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 from pydantic import BaseModel
 
 from gateway import config as cfg
@@ -31,6 +32,23 @@ class Backend:
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     # Adapters a dialect or the pipeline attaches (tokenizer, chat template), by name.
     extras: dict[str, Any] = field(default_factory=dict)
+    # This backend's own connection pool (its connection limit, no cookies), opened with the app.
+    session: aiohttp.ClientSession | None = None
+
+    def client(self) -> aiohttp.ClientSession:
+        assert self.session is not None, "client session used before app startup"
+        return self.session
+
+    def open_session(self) -> aiohttp.ClientSession:
+        """The pool for this backend: at most `max_connections` open at once; no cookie jar, so a
+        cookie one client's answer set is never replayed on another client's request."""
+        connector = aiohttp.TCPConnector(
+            limit=self.conf.max_connections, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=True
+        )
+        return self.session
 
     @property
     def model(self) -> str | None:

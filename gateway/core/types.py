@@ -73,8 +73,10 @@ class Request:
     path_params: dict[str, str] = field(default_factory=dict)
     # The client's dialect reports generated token ids (MindIE native, TGI).
     wants_token_ids: bool = False
-    # Set by the pipeline: the gateway's request id, and the hints dropped for this backend.
+    # Set by the pipeline: the gateway's request id, the client's body size, and the hints
+    # dropped for this backend.
     request_id: str = ""
+    body_bytes: int = 0
     dropped: list[str] = field(default_factory=list)
 
 

@@ -56,6 +56,16 @@ def check_options(config: "Config") -> list[str]:
             get(r.dialect)
         except KeyError:
             problems.append(f"routes.{i}.dialect: dialect {r.dialect!r} is not available in this build")
+        b = config.backends[r.backend]
+        try:
+            shared = get(b.dialect).outbound.shared_credentials
+        except KeyError:
+            continue
+        if shared and not b.model and not r.models:
+            problems.append(
+                f"routes.{i}.models: backend {r.backend!r} ({b.dialect}) has no `model:`, so clients would pick "
+                "any endpoint its credentials reach; list the models this route may call, or set the backend's model"
+            )
     return problems
 
 

@@ -56,6 +56,10 @@ class StreamParser(Protocol):
 class Outbound(Protocol):
     name: str
     options_model: type[BaseModel]
+    # The backend's credentials reach other models than the configured one (a Databricks
+    # workspace token opens every endpoint of the workspace), and the requested model picks among
+    # them: a backend without `model:` must then have its routes list the `models:` clients may name.
+    shared_credentials: bool
 
     def fates(self, backend: "Backend", req: Request) -> Mapping[str, Fate]: ...
 

@@ -12,11 +12,14 @@ from pydantic import BaseModel, ValidationError
 
 from gateway import dialects
 from gateway.config import Backend as BackendConf
+from gateway.config import Limits
 from gateway.core.exchange import SERVICES, Services
 from gateway.core.routing import Backend, Route, RouteGroup
 from gateway.dialects.base import SIMULATED_SERVER
 from gateway.metrics import Metrics
 from gateway.simulator.engine import SimEngine
+
+_MAX_BODY = 64 * 1024 * 1024
 
 
 class SimOptionError(ValueError):
@@ -40,11 +43,10 @@ def create_sim_app(
 ) -> web.Application:
     d = dialects.get(dialect)
     server = server_options(dialect, options)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=_MAX_BODY)
     # The simulator records no metrics: with worker processes they would land in the gateway's.
-    app[SERVICES] = Services(
-        metrics=Metrics(enabled=False), api_keys=None, max_body_bytes=64 * 1024 * 1024, max_concurrent=1 << 30
-    )
+    limits = Limits(max_body_bytes=_MAX_BODY, max_concurrent_requests=1 << 30, max_buffered_body_bytes=1 << 40)
+    app[SERVICES] = Services.of(Metrics(enabled=False), limits)
     conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model")
     app[SIMULATED_SERVER] = server
     backend = Backend("simulator", conf, d, server, [], {})

@@ -159,6 +159,8 @@ def error_status_code(err: GatewayError) -> tuple[int, str]:
         return 404, "RESOURCE_DOES_NOT_EXIST"
     if kind is Kind.TOO_LARGE:
         return 413, "BAD_REQUEST"
+    if kind is Kind.CLIENT_TIMEOUT:
+        return 408, "BAD_REQUEST"
     if kind is Kind.RATE_LIMIT:
         return 429, "REQUEST_LIMIT_EXCEEDED"
     if kind is Kind.TIMEOUT:

@@ -7,6 +7,7 @@ documented default is true), the parameters carried, Databricks' error bodies an
 call, which reads the endpoint's state from the control plane.
 """
 
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -14,7 +15,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from gateway import jsonutil
-from gateway.core.errors import Unsupported, UpstreamClass, UpstreamError
+from gateway.core.errors import InvalidRequest, Unsupported, UpstreamClass, UpstreamError
 from gateway.core.params import Fate
 from gateway.core.routing import Backend
 from gateway.core.types import EmbeddingResult, Message, Request, Result, Task
@@ -68,13 +69,27 @@ def message_dict(m: Message) -> dict[str, Any]:
     return out
 
 
+# Databricks endpoint names consist of letters, digits, dashes and underscores.
+_ENDPOINT_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
 def endpoint_name(req: Request, backend: Backend) -> str:
-    name = backend.model or req.model
+    if backend.model:
+        return backend.model
+    name = req.model
     if not name:
         raise Unsupported(
             f"backend {backend.name!r} (databricks) has no `model:` (the serving endpoint name) and the "
             "request names none",
             param="model",
+        )
+    # The name becomes a path segment: held to Databricks' own rule, so it names an endpoint and
+    # nothing else ("." or ".." would walk the URL).
+    if not _ENDPOINT_NAME.fullmatch(name):
+        raise InvalidRequest(
+            f"{name!r} is not a valid serving endpoint name (letters, digits, '-' and '_')",
+            param="model",
+            code="invalid_value",
         )
     return name
 
@@ -116,6 +131,7 @@ class DatabricksStreamParser(OpenAIStreamParser):
 
 class DatabricksOutbound:
     name = "databricks"
+    shared_credentials = True
     options_model: type[BaseModel] = NoOptions
     # Completions take a list of prompts in one request (core.batch).
     batch_prompts = True

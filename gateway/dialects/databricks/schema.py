@@ -99,7 +99,8 @@ class _Common(_Open):
     top_p: float | None = Field(None, ge=0, le=1)
     top_k: PositiveInt | None = None
     stop: Stop = None
-    n: PositiveInt | None = None
+    # Databricks documents no upper bound; OpenAI's 128 keeps one request from asking for millions.
+    n: int | None = Field(None, gt=0, le=128)
     # Not in the seed, but sent by OpenAI clients; carried as sampling hints.
     seed: int | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)

@@ -26,6 +26,7 @@ _STATUS = {
     Kind.VALIDATION: (422, "Input Validation Error"),
     Kind.UNSUPPORTED: (422, "Input Validation Error"),
     Kind.TOO_LARGE: (422, "Input Validation Error"),
+    Kind.CLIENT_TIMEOUT: (408, "Request Timeout"),
     Kind.NOT_FOUND: (404, "NotFoundError"),
     Kind.AUTH: (401, "Unauthorized"),
     Kind.PERMISSION: (403, "Forbidden"),

@@ -176,6 +176,7 @@ class _State:
 
 class MindIEOutbound:
     name = "mindie"
+    shared_credentials = False
     options_model: type[BaseModel] = Options
 
     def fates(self, backend: Backend, req: Request) -> Mapping[str, Fate]:

@@ -162,6 +162,7 @@ _TYPES = {
     Kind.PERMISSION: "invalid_request_error",
     Kind.NOT_FOUND: "invalid_request_error",
     Kind.TOO_LARGE: "invalid_request_error",
+    Kind.CLIENT_TIMEOUT: "invalid_request_error",
     Kind.UNSUPPORTED: "invalid_request_error",
     Kind.RATE_LIMIT: "rate_limit_exceeded",
     Kind.OVERLOADED: "server_error",

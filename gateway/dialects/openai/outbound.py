@@ -123,6 +123,7 @@ def completion_logprobs_to_neutral(lp: Any) -> list[dict[str, Any]] | None:
 
 class OpenAIOutbound:
     name = "openai"
+    shared_credentials = False
     options_model: type[BaseModel] = Options
     # A list of prompts goes upstream in one completions request (see core.batch).
     batch_prompts = True

@@ -18,6 +18,7 @@ _STATUS = {
     Kind.VALIDATION: (422, "validation"),
     Kind.UNSUPPORTED: (422, "validation"),
     Kind.TOO_LARGE: (422, "validation"),
+    Kind.CLIENT_TIMEOUT: (408, "validation"),
     Kind.NOT_FOUND: (404, "not_found"),
     Kind.AUTH: (401, "authentication"),
     Kind.PERMISSION: (403, "authentication"),

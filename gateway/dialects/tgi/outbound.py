@@ -81,6 +81,7 @@ def _header_int(headers: Mapping[str, str] | None, name: str) -> int | None:
 
 class TGIOutbound:
     name = "tgi"
+    shared_credentials = False
     options_model: type[BaseModel] = NoOptions
 
     def fates(self, backend: Backend, req: Request) -> Mapping[str, Fate]:

@@ -27,6 +27,7 @@ _STATUS = {
     Kind.PERMISSION: 403,
     Kind.NOT_FOUND: 404,
     Kind.TOO_LARGE: 400,
+    Kind.CLIENT_TIMEOUT: 408,
     Kind.UNSUPPORTED: 400,
     Kind.RATE_LIMIT: 503,
     Kind.OVERLOADED: 503,

@@ -6,6 +6,7 @@ are turned into a prompt with the model's chat template, so they need the backen
 already speaks that server's parameter names); only the model in the path changes.
 """
 
+import re
 from collections.abc import Mapping
 from urllib.parse import quote
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel
 from gateway import jsonutil
 from gateway.adapters import Tokenizer, tokenizer_for
 from gateway.adapters.prompt import prompt_text
-from gateway.core.errors import GatewayError, Unsupported
+from gateway.core.errors import GatewayError, InvalidRequest, Unsupported
 from gateway.core.params import Fate
 from gateway.core.routing import Backend
 from gateway.core.types import EmbeddingResult, Request, Result, Task
@@ -67,6 +68,22 @@ FATES: dict[str, dict[str, Fate]] = {
 }
 
 
+# A Triton model is named by its folder in the model repository; MindIE's variant checks the name
+# against [\w\-.]+. A client-chosen name becomes a path segment, so it is held to that rule (and
+# "." or ".." are refused, or the URL would resolve them).
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+
+
+def client_model_name(name: str | None) -> str:
+    if name is None or not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidRequest(
+            f"{name!r} is not a valid Triton model name (letters, digits, '_', '-' and '.')",
+            param="model",
+            code="invalid_value",
+        )
+    return name
+
+
 def _tokenizer(backend: Backend) -> Tokenizer | None:
     if not backend.conf.tokenizer:
         return None
@@ -76,6 +93,14 @@ def _tokenizer(backend: Backend) -> Tokenizer | None:
         return None
 
 
+def _count_prompt(st: CallState, tok: Tokenizer | None, asked: bool) -> None:
+    """Count the prompt now, while the request is built (off the event loop when it is large),
+    unless the server was asked to report the count itself (the vLLM backend's num_input_tokens)."""
+    st.tokenizer = tok
+    if tok is not None and not asked:
+        st.prompt_tokens = tok.count(st.prompt)
+
+
 def _options(backend: Backend) -> Options:
     opts = backend.options
     return opts if isinstance(opts, Options) else Options()
@@ -83,6 +108,7 @@ def _options(backend: Backend) -> Options:
 
 class TritonOutbound:
     name = "triton"
+    shared_credentials = False
     options_model: type[BaseModel] = Options
 
     def fates(self, backend: Backend, req: Request) -> Mapping[str, Fate]:
@@ -101,14 +127,14 @@ class TritonOutbound:
             raise Unsupported(
                 f"backend {backend.name!r} (triton generate) cannot compute embeddings", code="unsupported_task"
             )
-        model = backend.model or req.model or ""
+        model = backend.model or client_model_name(req.model)
         path = self._path(backend, model, req.stream)
         if req.inbound == "triton" and req.raw is not None:
             raw = req.raw
             details = raw.get("details", (raw.get("parameters") or {}).get("details"))
             st = CallState(opts.flavor, raw.get("text_input") or "", req.params.get("max_tokens"))
             st.expect_final = opts.flavor == "mindie" and details is True
-            st.tokenizer = _tokenizer(backend)
+            _count_prompt(st, _tokenizer(backend), asked=bool(raw.get("return_num_input_tokens")))
             return UpstreamCall(path, jsonutil.dumps(raw), req.stream, state=st)
         prompt = prompt_text(req, backend)
         max_tokens = int(req.params.get("max_tokens") or opts.default_max_tokens)
@@ -119,7 +145,7 @@ class TritonOutbound:
         st.expect_final = opts.flavor == "mindie"
         if opts.flavor == "trtllm" and stops and not req.params.get("include_stop_str_in_output"):
             st.strip_stops = list(stops)
-        st.tokenizer = _tokenizer(backend)
+        _count_prompt(st, _tokenizer(backend), asked=opts.flavor == "vllm")
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=st)
 
     def parse_result(self, call: UpstreamCall, body: bytes) -> Result | EmbeddingResult:

@@ -29,6 +29,8 @@ class CallState:
     expect_final: bool = False
     stops_requested: bool = False
     tokenizer: Any = None
+    # Counted with the tokenizer when the request was built, for servers that do not report it.
+    prompt_tokens: int | None = None
 
 
 def error_text(obj: Any) -> str:
@@ -130,9 +132,7 @@ class Reader:
         completion = self.completion_tokens
         if completion is None and tok is not None:
             completion = tok.count(full)
-        prompt = self.prompt_tokens
-        if prompt is None and tok is not None:
-            prompt = tok.count(st.prompt)
+        prompt = self.prompt_tokens if self.prompt_tokens is not None else st.prompt_tokens
         finish = self.finish
         if stopped:
             finish = Finish.STOP_STRING
