@@ -1,7 +1,7 @@
 """`create_app(config)`: backends, routes, mounted dialects, ops endpoints and lifetimes.
 
-One aiohttp ClientSession with pooled connections serves every backend; it and the in-process
-simulated backends live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
+Each backend has its own pooled ClientSession; the sessions and the in-process simulated
+backends live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
 """
 
 import asyncio
@@ -11,80 +11,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from gateway import dialects
-from gateway.config import Backend as BackendConf
+from gateway.adapters import template_for, tokenizer_for
 from gateway.config import Config
-from gateway.core.engine import ProxyEngine
-from gateway.core.errors import NotFound
-from gateway.core.exchange import SERVICES, Services
-from gateway.core.routing import Backend, Route, RouteGroup, make_ssl
-from gateway.dialects.base import Inbound
+from gateway.dialects import registry
 from gateway.health import READINESS, Readiness, healthz, readyz
 from gateway.logs import install_redaction
 from gateway.metrics import CONTENT_TYPE, Metrics, multiprocess_dir, watch_loop_lag
+from gateway.neutral.errors import GatewayError
+from gateway.proxy.engine import ProxyEngine
+from gateway.proxy.exchange import SERVICES, Services
+from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
+from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
 from gateway.redact import REDACT, secret_header_values
+from gateway.simulator.server import create_sim_app
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
-
-
-def build_backend(name: str, conf: BackendConf) -> Backend:
-    dialect = dialects.get(conf.dialect)
-    options = dialect.outbound.options_model.model_validate(conf.options)
-    urls = [u.rstrip("/") for u in conf.targets()]
-    return Backend(name, conf, dialect, options, urls, dict(conf.headers), make_ssl(conf.tls))
-
-
-class ErrorShapes:
-    """Which dialect answers for a path no route matched: the one mounted under the longest
-    prefix the path starts with, told apart by the path's first segment where several share
-    that prefix (OpenAI's /v1, Triton's /v2, Databricks' /serving-endpoints ...)."""
-
-    def __init__(self) -> None:
-        self._by_segment: dict[tuple[str, str], Inbound] = {}
-        self._by_prefix: dict[str, list[Inbound]] = {}
-
-    def add(self, prefix: str, inbound: Inbound) -> None:
-        self._by_prefix.setdefault(prefix, []).append(inbound)
-        for _method, path in inbound.paths():
-            self._by_segment.setdefault((prefix, path.split("/")[1]), inbound)
-
-    def owner(self, path: str) -> Inbound | None:
-        for prefix in sorted(self._by_prefix, key=len, reverse=True):
-            if prefix and path != prefix and not path.startswith(prefix + "/"):
-                continue
-            rest = path[len(prefix) :]
-            found = self._by_segment.get((prefix, rest.split("/")[1] if rest.startswith("/") else ""))
-            if found is not None:
-                return found
-            if len(self._by_prefix[prefix]) == 1:
-                return self._by_prefix[prefix][0]
-        return None
-
-
-def error_middleware(shapes: ErrorShapes):  # type: ignore[no-untyped-def]
-    @web.middleware
-    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Paths no route matched answer in the shape of the dialect mounted there; anything
-        unforeseen still answers in JSON (never a traceback)."""
-        try:
-            return await handler(request)
-        except web.HTTPException as e:
-            if e.status < 400:
-                raise
-            inbound = shapes.owner(request.path)
-            if inbound is not None and e.status in (404, 405):
-                what = "not served here" if e.status == 404 else "not allowed on this path"
-                err = NotFound(f"{request.method} {request.path}: {what}", status=e.status)
-                return inbound.error_response(err)
-            return web.json_response({"error": f"{e.reason}: {request.method} {request.path}"}, status=e.status)
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            return web.json_response({"error": "internal gateway error"}, status=500)
-
-    return errors
 
 
 def create_app(config: Config) -> web.Application:
@@ -99,20 +43,22 @@ def create_app(config: Config) -> web.Application:
     svc = Services.of(metrics, config.limits, config.auth.keys() if config.auth else None)
     svc.trusted_proxies = config.listen.proxy_networks()
     app[SERVICES] = svc
-    backends = {name: build_backend(name, b) for name, b in config.backends.items()}
+    backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
     app[BACKENDS] = backends
+    readiness = Readiness(list(backends.values()))
+    app[READINESS] = readiness
 
     groups: dict[tuple[str, str], RouteGroup] = {}
     for r in config.routes:
         b = backends[r.backend]
         route = Route(r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, ProxyEngine(b))
-        groups.setdefault((r.dialect, r.prefix), RouteGroup(r.dialect, r.prefix, [])).routes.append(route)
+        key = (r.dialect, r.prefix)
+        groups.setdefault(key, RouteGroup(r.dialect, r.prefix, [], readiness.all_ready)).routes.append(route)
     for (dialect, prefix), group in groups.items():
-        inbound = dialects.get(dialect).inbound
-        inbound.mount(app.router, prefix, group)
+        inbound = registry.get(dialect).inbound
+        mount(app.router, prefix, group, inbound)
         shapes.add(prefix, inbound)
 
-    app[READINESS] = Readiness(list(backends.values()))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
 
@@ -137,8 +83,6 @@ def create_app(config: Config) -> web.Application:
 
 def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def]
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        from gateway.simulator.server import create_sim_app
-
         runners = []
         for b in backends:
             # The simulator imitates the server the backend's options describe (Triton's flavour).
@@ -164,13 +108,10 @@ def _preload_tokenizers(backends: list[Backend]):  # type: ignore[no-untyped-def
     warns: the requests that need the files get a clear 400, the others are served."""
 
     async def load(app: web.Application) -> None:
-        from gateway.adapters import template_for, tokenizer_for
-        from gateway.core.errors import GatewayError
-
         for b in backends:
             for loader in (tokenizer_for, template_for):
                 with contextlib.suppress(GatewayError):  # the adapter has logged what is wrong
-                    loader(b)
+                    loader(b.view)
 
     return load
 

@@ -55,7 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"config error: listen.tls: cannot load the certificate or key: {e}", file=sys.stderr)
         return 2
-    from gateway.core.routing import make_ssl
+    from gateway.proxy.routing import make_ssl
 
     for name, b in config.backends.items():
         try:
@@ -76,7 +76,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         config = load_config(args.file)
     except ConfigError as e:
         return _config_failed(e)
-    from gateway.dialects import route_paths
+    from gateway.config import route_paths
 
     paths = route_paths(config)
     rows = [("ROUTE", "INBOUND", "PATHS", "BACKEND", "OUTBOUND")]
@@ -106,8 +106,8 @@ def sim_options(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from gateway import dialects
     from gateway.config import Limits
+    from gateway.dialects import registry as dialects
     from gateway.server import run_loop, serve
     from gateway.simulator.server import create_sim_app
 

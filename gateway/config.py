@@ -1,7 +1,7 @@
 """The config file: pydantic models, `${VAR}` expansion, loading, and one-line error messages.
 
-The shape is the contract in DESIGN.md §1. Dialect-specific `options` are validated by the
-dialect's own options model (see gateway.dialects), so an unknown option is a config error.
+The shape is the contract the README's Configuration section shows. Dialect-specific `options`
+are validated by the dialect's own options model, so an unknown option is a config error.
 """
 
 import ipaddress
@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gateway.dialects import registry
 
 DialectName = Literal["openai", "mindie", "tgi", "triton", "databricks"]
 
@@ -263,13 +265,64 @@ def parse_config(data: Any) -> Config:
     except ValidationError as e:
         lines = _format(e)
         raise ConfigError(lines + [p for p in _raw_reference_problems(data) if p not in lines]) from None
-    # Imported here: the dialect registry imports codecs, which import this module's models.
-    from gateway.dialects import check_options, path_collisions
-
     problems = check_options(config) + path_collisions(config)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def check_options(config: Config) -> list[str]:
+    """Each backend's `options` against its dialect's options model; routes that would let
+    clients reach endpoints the operator did not list."""
+    problems = []
+    for name, b in config.backends.items():
+        try:
+            registry.get(b.dialect).outbound.options_model.model_validate(b.options)
+        except ValidationError as e:
+            for err in e.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                problems.append(f"backends.{name}.options.{loc}: {err['msg']}")
+    for i, r in enumerate(config.routes):
+        b = config.backends[r.backend]
+        if registry.get(b.dialect).outbound.shared_credentials and not b.model and not r.models:
+            problems.append(
+                f"routes.{i}.models: backend {r.backend!r} ({b.dialect}) has no `model:`, so clients would pick "
+                "any endpoint its credentials reach; list the models this route may call, or set the backend's model"
+            )
+    return problems
+
+
+def route_paths(config: Config) -> dict[str, list[tuple[str, str]]]:
+    """Route name -> mounted (method, full path) pairs."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for r in config.routes:
+        out[r.name] = [(m.method, r.prefix + m.path) for m in registry.get(r.dialect).inbound.mounts]
+    return out
+
+
+def path_collisions(config: Config) -> list[str]:
+    """Routes of different dialects that would mount the same method and path.
+
+    Routes of the same dialect and prefix share their paths on purpose (they are told apart by
+    the requested model), so only cross-dialect clashes are errors.
+    """
+    owner: dict[tuple[str, str], tuple[int, str, str]] = {}
+    problems: list[str] = []
+    paths = route_paths(config)
+    reported: set[tuple[int, int]] = set()
+    for i, r in enumerate(config.routes):
+        for mp in paths[r.name]:
+            if mp in owner:
+                j, other, other_dialect = owner[mp]
+                if other_dialect != r.dialect and (j, i) not in reported:
+                    reported.add((j, i))
+                    problems.append(
+                        f"routes.{i}.prefix: route {r.name!r} ({r.dialect}) and route {other!r} "
+                        f"({other_dialect}) both mount {mp[0]} {mp[1]}; give one of them a prefix"
+                    )
+            else:
+                owner[mp] = (i, r.name, r.dialect)
+    return problems
 
 
 def load_config(path: str | Path) -> Config:
@@ -296,9 +349,7 @@ def embedded_default() -> Config:
     """
     backends: dict[str, Any] = {}
     routes: list[dict[str, Any]] = []
-    from gateway.dialects import available
-
-    names = available()
+    names = registry.available()
     for name in names:
         backend = "sim-openai" if name == "triton" and "openai" in names else f"sim-{name}"
         backends[backend] = {"dialect": backend.removeprefix("sim-"), "simulate": True, "model": "sim-model"}

@@ -9,7 +9,7 @@ probe round. A backend is ready when at least one of its replicas is.
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,8 @@ import aiohttp
 from aiohttp import web
 
 from gateway import jsonutil
-from gateway.core.routing import Backend
+from gateway.codec.contract import HealthDocument
+from gateway.proxy.routing import Backend
 
 PROBE_TIMEOUT_S = 2.0
 CACHE_S = 2.0
@@ -37,7 +38,8 @@ class Readiness:
         # Replicas are named by their position in `urls:`: the endpoint is public, and the
         # addresses behind the gateway are not for anyone who can reach it.
         url = b.urls[replica]
-        path = b.dialect.outbound.health_path(b)
+        outbound = b.dialect.outbound
+        path = outbound.health_path(b.view)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         try:
             async with b.client().get(
@@ -50,9 +52,8 @@ class Readiness:
                 body = await resp.read()
                 ready = 200 <= resp.status < 300
                 # A dialect whose health answer is a state document (Databricks) reads it itself.
-                check = getattr(b.dialect.outbound, "health_ok", None)
-                if ready and check is not None:
-                    ready = bool(check(body))
+                if ready and isinstance(outbound, HealthDocument):
+                    ready = outbound.health_ok(body)
                 return {"replica": replica, "path": path, "ready": ready, "status": resp.status}
         except TimeoutError:
             return {"replica": replica, "path": path, "ready": False, "error": f"timeout after {self.timeout_s:g}s"}
@@ -73,6 +74,11 @@ class Readiness:
             self._state = {b.name: s for b, s in zip(self.backends, states, strict=True)}
             self._checked = self.clock()
             return self._state, False
+
+    async def all_ready(self, names: Sequence[str]) -> bool:
+        """Whether each backend named has a ready replica."""
+        state, _cached = await self.state()
+        return all(state.get(n, {}).get("ready", False) for n in names)
 
 
 READINESS = web.AppKey("readiness", Readiness)

@@ -1,4 +1,5 @@
-"""Prometheus metrics of DESIGN.md §1, on a registry owned by each app, and their exposition.
+"""Prometheus metrics (the names in the README's Operations section are a contract), on a
+registry owned by each app, and their exposition.
 
 Labels are route and backend names from the config and fixed enums, never client-supplied
 strings, so cardinality stays bounded. Per-route children are bound once and cached, so the

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.core.finish import OPENAI, TGI
-from gateway.core.types import Finish
+from gateway.neutral.finish import OPENAI, TGI
+from gateway.neutral.types import Finish
 from tests.support import sse_json
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import jsonutil
-from gateway.core.types import Finish
+from gateway.neutral.types import Finish
 from tests.conformance_cells import CHATML, ID_TEXT, MAX, MESSAGES, PROMPT, UPSTREAM_MODEL, Client, Ctx, Expected
 
 

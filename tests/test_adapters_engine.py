@@ -7,8 +7,7 @@ upstream connection.
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -17,13 +16,15 @@ import pytest
 from gateway import config as cfg
 from gateway import jsonutil
 from gateway.adapters.stops import StopStream
-from gateway.core.engine import ProxyEngine
-from gateway.core.exchange import Exchange
-from gateway.core.params import Fate
-from gateway.core.routing import Backend
-from gateway.core.types import Event, Finish, FinishEvent, Message, Request, Result, Task, TextDelta
-from gateway.dialects import get as get_dialect
-from gateway.dialects.base import UpstreamCall
+from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
+from gateway.dialects.registry import get as get_dialect
+from gateway.neutral import params as neutral_params
+from gateway.neutral.events import Event, FinishEvent, TextDelta
+from gateway.neutral.params import Fate
+from gateway.neutral.types import Finish, Message, Request, Result, Task
+from gateway.proxy.engine import ProxyEngine
+from gateway.proxy.plan import Plan
+from gateway.proxy.routing import build_backend
 from tests.support import FakeUpstream, json_reply, sse_reply
 
 
@@ -35,13 +36,15 @@ class NoStopOutbound:
         self.name = "openai"
         self.options_model = self._inner.options_model
 
-    def fates(self, backend: Backend, req: Request) -> Mapping[str, Fate]:
-        return {**self._inner.fates(backend, req), "stop": Fate.EMULATE, "include_stop_str_in_output": Fate.EMULATE}
+    def carriage(self, req: Request, backend: BackendView) -> Carriage:
+        inner: Carriage = self._inner.carriage(req, backend)
+        fates = {**inner.fates, "stop": Fate.EMULATE, "include_stop_str_in_output": Fate.EMULATE}
+        return Carriage(fates, inner.variant)
 
-    def build(self, req: Request, backend: Backend) -> UpstreamCall:
+    def build(self, out: Outgoing) -> UpstreamCall:
         # A codec with an emulated stop does not map it.
-        kept = {k: v for k, v in req.params.items() if k not in ("stop", "include_stop_str_in_output")}
-        return self._inner.build(dataclasses.replace(req, params=kept), backend)  # type: ignore[no-any-return]
+        kept = out.req.params.replace(stop=None, include_stop_str_in_output=None)
+        return self._inner.build(dataclasses.replace(out, req=out.req.but(params=kept)))  # type: ignore[no-any-return]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -59,13 +62,25 @@ def engine(upstream: FakeUpstream, session: aiohttp.ClientSession, outbound: Any
     if outbound is not None:
         d = dataclasses.replace(d, outbound=outbound)
     conf = cfg.Backend(dialect="openai", url=upstream.url)
-    backend = Backend("up", conf, d, d.outbound.options_model(), [upstream.url], {}, session=session)
+    backend = build_backend("up", conf, d)
+    backend.session = session
     return ProxyEngine(backend)
 
 
+def plan(eng: ProxyEngine, req: Request) -> Plan:
+    return eng.plan(req, "req-1", 0, 16)
+
+
 def chat(stream: bool, **params: Any) -> Request:
+    # Neutral values: lists are tuples.
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
     return Request(
-        task=Task.CHAT, inbound="tgi", model="m", messages=[Message("user", "hi")], stream=stream, params=params
+        task=Task.CHAT,
+        inbound="tgi",
+        model="m",
+        messages=[Message("user", "hi")],
+        stream=stream,
+        params=neutral_params.make(values),
     )
 
 
@@ -106,7 +121,7 @@ async def test_stream_stop_is_emulated_and_cancels_the_backend(upstream: FakeUps
     frames = [chunk(""), chunk("The answer"), chunk(" is 4"), chunk("2.\nUs"), chunk("er: more")]
     upstream.reply = sse_reply(frames, hang=True, upstream=upstream)
     eng = engine(upstream, session, NoStopOutbound())
-    stream = await eng.open_stream(chat(True, stop=["\nUser:"], max_tokens=50), Exchange(time.perf_counter()))
+    stream = await eng.open_stream(plan(eng, chat(True, stop=["\nUser:"], max_tokens=50)))
     assert isinstance(stream, StopStream)
     events = await collect(stream)
     texts = "".join(e.text for e in events if isinstance(e, TextDelta))
@@ -124,7 +139,7 @@ async def test_stream_include_stop(upstream: FakeUpstream, session: Any) -> None
     upstream.reply = sse_reply([chunk("a END b"), chunk(None, "stop"), b"data: [DONE]\n\n"])
     eng = engine(upstream, session, NoStopOutbound())
     req = chat(True, stop=["END"], include_stop_str_in_output=True)
-    events = await collect(await eng.open_stream(req, Exchange(time.perf_counter())))
+    events = await collect(await eng.open_stream(plan(eng, req)))
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "a END"
     assert [e.reason for e in events if isinstance(e, FinishEvent)] == [Finish.STOP_STRING]
     assert "include_stop_str_in_output" not in upstream.last.json
@@ -133,7 +148,7 @@ async def test_stream_include_stop(upstream: FakeUpstream, session: Any) -> None
 async def test_whole_answer_is_cut(upstream: FakeUpstream, session: Any) -> None:
     upstream.reply = json_reply(completion("Hello STOP world"))
     eng = engine(upstream, session, NoStopOutbound())
-    result = await eng.complete(chat(False, stop=["STOP"]), Exchange(time.perf_counter()))
+    result = await eng.complete(plan(eng, chat(False, stop=["STOP"])))
     assert isinstance(result, Result)
     assert (result.choices[0].text, result.choices[0].finish) == ("Hello ", Finish.STOP_STRING)
     assert result.usage is not None and result.usage.completion_tokens == 8
@@ -143,7 +158,7 @@ async def test_whole_answer_is_cut(upstream: FakeUpstream, session: Any) -> None
 async def test_whole_answer_without_a_match_is_untouched(upstream: FakeUpstream, session: Any) -> None:
     upstream.reply = json_reply(completion("Hello world", "stop"))
     eng = engine(upstream, session, NoStopOutbound())
-    result = await eng.complete(chat(False, stop=["STOP"]), Exchange(time.perf_counter()))
+    result = await eng.complete(plan(eng, chat(False, stop=["STOP"])))
     assert isinstance(result, Result)
     assert (result.choices[0].text, result.choices[0].finish) == ("Hello world", Finish.EOS)
 
@@ -151,7 +166,7 @@ async def test_whole_answer_without_a_match_is_untouched(upstream: FakeUpstream,
 async def test_mapped_stop_is_not_emulated(upstream: FakeUpstream, session: Any) -> None:
     upstream.reply = sse_reply([chunk("a STOP b"), chunk(None, "length"), b"data: [DONE]\n\n"])
     eng = engine(upstream, session)
-    stream = await eng.open_stream(chat(True, stop=["STOP"]), Exchange(time.perf_counter()))
+    stream = await eng.open_stream(plan(eng, chat(True, stop=["STOP"])))
     assert not isinstance(stream, StopStream)
     events = await collect(stream)
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "a STOP b"

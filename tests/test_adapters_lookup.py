@@ -1,21 +1,29 @@
-"""tokenizer_for / template_for: loading once per backend, and clear errors when unconfigured."""
+"""tokenizer_for / template_for: loading once per tokenizer folder, and clear errors when unconfigured."""
 
 from pathlib import Path
 
 import pytest
 
+from gateway import adapters
 from gateway import config as cfg
 from gateway.adapters import ChatTemplate, Tokenizer, template_for, tokenizer_for
-from gateway.core.errors import Kind, Unsupported
-from gateway.core.routing import Backend
-from gateway.dialects import get as get_dialect
+from gateway.codec.contract import BackendView
+from gateway.dialects.registry import get as get_dialect
+from gateway.neutral.errors import Kind, Unsupported
+from gateway.proxy.routing import build_backend
 from tests.tokenizer_kit import build_tokenizer_folder, tokenizer_folder_fixture  # noqa: F401
 
 
-def backend(tokenizer: str | None, name: str = "mindie-a") -> Backend:
-    d = get_dialect("openai")
+@pytest.fixture(autouse=True)
+def empty_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with nothing loaded (the caches are per process, by folder)."""
+    monkeypatch.setattr(adapters, "_tokenizers", {})
+    monkeypatch.setattr(adapters, "_templates", {})
+
+
+def backend(tokenizer: str | None, name: str = "mindie-a") -> BackendView:
     conf = cfg.Backend(dialect="openai", url="http://127.0.0.1:9", tokenizer=tokenizer)
-    return Backend(name, conf, d, d.outbound.options_model(), ["http://127.0.0.1:9"], {})
+    return build_backend(name, conf, get_dialect("openai")).view
 
 
 def test_loaded_once_and_cached(tokenizer_folder: str) -> None:
@@ -23,10 +31,15 @@ def test_loaded_once_and_cached(tokenizer_folder: str) -> None:
     tok = tokenizer_for(b)
     assert isinstance(tok, Tokenizer)
     assert tokenizer_for(b) is tok
-    assert b.extras["tokenizer"] is tok
+    assert adapters._tokenizers[tokenizer_folder] is tok
     tpl = template_for(b)
     assert isinstance(tpl, ChatTemplate)
     assert template_for(b) is tpl
+    assert adapters._templates[tokenizer_folder] is tpl
+    # The cache is by folder: another backend with the same folder shares the loaded files.
+    other = backend(tokenizer_folder, name="mindie-b")
+    assert tokenizer_for(other) is tok
+    assert template_for(other) is tpl
 
 
 @pytest.mark.parametrize("lookup", [tokenizer_for, template_for])
@@ -52,14 +65,15 @@ def test_folder_without_files(tmp_path: Path) -> None:
 
 
 def test_folder_without_chat_template(tmp_path: Path) -> None:
-    b = backend(build_tokenizer_folder(tmp_path, chat_template=None))
+    folder = build_tokenizer_folder(tmp_path, chat_template=None)
+    b = backend(folder)
     assert isinstance(tokenizer_for(b), Tokenizer)
     with pytest.raises(Unsupported) as e:
         template_for(b)
     assert e.value.status == 400
     assert "'mindie-a'" in e.value.message
     assert "chat template" in e.value.message
-    assert "chat_template" not in b.extras
+    assert folder not in adapters._templates
 
 
 def test_template_that_does_not_compile(tmp_path: Path) -> None:

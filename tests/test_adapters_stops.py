@@ -1,18 +1,8 @@
 """Stop-string emulation: the sans-IO matcher, whole answers, and the stream wrapper."""
 
 from gateway.adapters.stops import StopMatcher, StopStream, apply_stops, cut_text
-from gateway.core.types import (
-    Choice,
-    Event,
-    Finish,
-    FinishEvent,
-    ReasoningDelta,
-    Result,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    UsageEvent,
-)
+from gateway.neutral.events import Event, FinishEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.types import Choice, Finish, Result, Usage
 
 
 def run(stops: list[str], chunks: list[str], include: bool = False) -> tuple[list[str], bool, str]:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from gateway.adapters import ChatTemplate
-from gateway.core.errors import InvalidRequest
-from gateway.core.types import Message
+from gateway.neutral.errors import InvalidRequest
+from gateway.neutral.types import Message
 from tests.tokenizer_kit import build_tokenizer_folder, tokenizer_folder_fixture  # noqa: F401
 
 WEATHER_TOOL: dict[str, Any] = {

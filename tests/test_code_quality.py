@@ -1,4 +1,5 @@
-"""The package stays clean under the project's linters: ruff and strict mypy."""
+"""The package stays clean under the project's linters: ruff, strict mypy, and the import-linter
+contracts in pyproject.toml (the layers point down; no import cycles, type-only imports included)."""
 
 import subprocess
 import sys
@@ -19,3 +20,15 @@ def test_ruff_is_clean():
 def test_mypy_strict_is_clean():
     r = _run("mypy", "gateway")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_layers_point_down():
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout

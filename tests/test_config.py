@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway import dialects
-from gateway.config import ConfigError, embedded_default, load_config, parse_config
-from gateway.dialects.base import Dialect, NoOptions
+from gateway.codec.contract import Dialect, Mount, NoOptions, Reply
+from gateway.config import ConfigError, embedded_default, load_config, parse_config, route_paths
+from gateway.dialects import registry as dialects
+from gateway.neutral.errors import GatewayError
 
 
 def cfg(**backend: Any) -> dict[str, Any]:
@@ -138,14 +139,15 @@ def test_same_dialect_routes_share_paths():
     ]
     c = parse_config(data)
     assert [r.name for r in c.routes] == ["a", "b", "c"]
-    assert dialects.route_paths(c)["c"][0] == ("POST", "/edge/v1/chat/completions")
+    assert route_paths(c)["c"][0] == ("POST", "/edge/v1/chat/completions")
 
 
 class _FakeInbound:
     name = "mindie"
+    mounts = (Mount("POST", "/generate"), Mount("POST", "/v1/chat/completions"), Mount("GET", "/v1/models"))
 
-    def paths(self) -> list[tuple[str, str]]:
-        return [("POST", "/generate"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]
+    def error_reply(self, err: GatewayError) -> Reply:
+        return Reply(err.status)
 
 
 class _FakeOutbound:
@@ -156,7 +158,7 @@ class _FakeOutbound:
 
 def test_cross_dialect_path_collision(monkeypatch):
     # A stand-in second dialect that mounts OpenAI's paths, as MindIE does.
-    monkeypatch.setitem(dialects._loaded, "mindie", Dialect("mindie", _FakeInbound(), _FakeOutbound()))  # type: ignore[arg-type]
+    monkeypatch.setitem(dialects.DIALECTS, "mindie", Dialect("mindie", _FakeInbound(), _FakeOutbound()))  # type: ignore[arg-type]
     data = cfg()
     data["backends"]["m"] = {"dialect": "mindie", "url": "http://m:1"}
     data["routes"].append({"name": "mi", "dialect": "mindie", "backend": "m"})
@@ -166,7 +168,7 @@ def test_cross_dialect_path_collision(monkeypatch):
     ]
     data["routes"][1]["prefix"] = "/mindie"
     c = parse_config(data)
-    assert dialects.route_paths(c)["mi"] == [
+    assert route_paths(c)["mi"] == [
         ("POST", "/mindie/generate"),
         ("POST", "/mindie/v1/chat/completions"),
         ("GET", "/mindie/v1/models"),

@@ -6,24 +6,14 @@ from typing import Any
 import pytest
 
 from gateway import jsonutil
-from gateway.core.errors import InvalidRequest, Kind, NotFound, Unsupported, UpstreamClass, UpstreamError
-from gateway.core.types import (
-    Choice,
-    EmbeddingResult,
-    Finish,
-    FinishEvent,
-    Message,
-    Request,
-    Result,
-    Task,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    UsageEvent,
-)
-from gateway.dialects.base import RenderContext, UpstreamCall
+from gateway.codec.contract import BackendView, NoOptions, Outgoing, RenderContext, UpstreamCall
 from gateway.dialects.databricks import inbound, render
-from gateway.dialects.databricks.outbound import DatabricksOutbound, error_text
+from gateway.dialects.databricks.outbound import DatabricksOutbound
+from gateway.dialects.databricks.reading import error_text
+from gateway.neutral.errors import InvalidRequest, Kind, NotFound, Unsupported, UpstreamClass, UpstreamError
+from gateway.neutral.events import FinishEvent, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.params import Params
+from gateway.neutral.types import Choice, EmbeddingResult, Finish, Message, Request, Result, Task, Usage
 
 FIX = Path(__file__).parent / "fixtures" / "databricks"
 CTX = RenderContext(request_id="r1", created=1700000000, model="my-endpoint")
@@ -44,14 +34,14 @@ def test_chat_request_fixture_parses_every_field():
     req = inbound.parse_invocation(raw("chat_request.json"))
     assert req.task is Task.CHAT and req.inbound == "databricks" and req.stream is False
     body = fixture("chat_request.json")
-    assert req.params == {
+    assert dict(req.params.items()) == {
         "temperature": 0.7,
         "top_p": 0.9,
         "top_k": 40,
         "max_tokens": 128,
         "n": 2,
-        "stop": ["\n\n"],
-        "tools": body["tools"],
+        "stop": ("\n\n",),
+        "tools": tuple(body["tools"]),
         "tool_choice": "auto",
         "response_format": body["response_format"],
         "top_logprobs": 2,
@@ -67,13 +57,13 @@ def test_completion_batch_fixture_parses():
     assert req.task is Task.COMPLETION
     assert req.prompt == ["Die Hauptstadt von Frankreich ist", "Die Hauptstadt von Italien ist"]
     # Defaults ("error", "", false, n=1) ask for nothing and stay out of the neutral params.
-    assert req.params == {"temperature": 0.5, "top_p": 1.0, "top_k": 1, "max_tokens": 16, "stop": ["."]}
+    assert dict(req.params.items()) == {"temperature": 0.5, "top_p": 1.0, "top_k": 1, "max_tokens": 16, "stop": (".",)}
 
 
 def test_completion_options_reach_params():
     body = {"prompt": "x", "echo": True, "suffix": "!", "error_behavior": "truncate", "n": 3}
     req = inbound.parse_invocation(jsonutil.dumps(body))
-    assert req.params == {"echo": True, "suffix": "!", "error_behavior": "truncate", "n": 3}
+    assert dict(req.params.items()) == {"echo": True, "suffix": "!", "error_behavior": "truncate", "n": 3}
     assert req.prompt == "x"
 
 
@@ -81,7 +71,7 @@ def test_embedding_fixture_parses():
     req = inbound.parse_invocation(raw("embedding_request.json"))
     assert req.task is Task.EMBEDDING
     assert req.input == ["Wie ist das Wetter?", "Es regnet."]
-    assert req.params == {"instruction": "Represent this sentence for searching relevant passages:"}
+    assert dict(req.params.items()) == {"instruction": "Represent this sentence for searching relevant passages:"}
     assert inbound.parse_invocation(b'{"input": "eins"}').input == ["eins"]
 
 
@@ -154,13 +144,13 @@ def test_bad_bodies_are_validation_errors(body, needle):
     with pytest.raises(InvalidRequest) as e:
         inbound.parse_invocation(jsonutil.dumps(body))
     assert needle in e.value.message
-    assert inbound.error_status_code(e.value) == (400, "INVALID_PARAMETER_VALUE")
+    assert render.error_status_code(e.value) == (400, "INVALID_PARAMETER_VALUE")
 
 
 def test_openai_form_requires_model():
     with pytest.raises(InvalidRequest, match="model"):
-        inbound.CHAT.parse(b'{"messages": [{"role": "user", "content": "a"}]}', None)  # type: ignore[arg-type]
-    req = inbound.CHAT.parse(b'{"model": "ep", "messages": [{"role": "user", "content": "a"}]}', None)  # type: ignore[arg-type]
+        inbound.CHAT.parse(b'{"messages": [{"role": "user", "content": "a"}]}', {})
+    req = inbound.CHAT.parse(b'{"model": "ep", "messages": [{"role": "user", "content": "a"}]}', {})
     assert req.model == "ep"
 
 
@@ -177,10 +167,10 @@ def test_openai_form_requires_model():
         (UpstreamError("x"), 500, "INTERNAL_ERROR"),
     ],
 )
-def test_error_response_codes(err, status, code):
-    resp = inbound.DatabricksInbound().error_response(err)
+def test_error_reply_codes(err, status, code):
+    resp = inbound.DatabricksInbound().error_reply(err)
     assert resp.status == status
-    assert resp.body is not None and jsonutil.loads(resp.body) == {"error_code": code, "message": "x"}  # type: ignore[arg-type]
+    assert resp.body is not None and jsonutil.loads(resp.body) == {"error_code": code, "message": "x"}
 
 
 # ---- rendering -----------------------------------------------------------------------------
@@ -292,13 +282,17 @@ def test_completion_stream_frames_and_error_exact():
 # ---- outbound ------------------------------------------------------------------------------
 
 
-class _Backend:
-    def __init__(self, model: str | None = "llama-ep") -> None:
-        self.name = "dbx"
-        self.model = model
+def _backend(model: str | None = "llama-ep") -> BackendView:
+    return BackendView("dbx", "databricks", model, NoOptions())
 
 
 OUT = DatabricksOutbound()
+
+
+def _build(req: Request, backend: BackendView) -> UpstreamCall:
+    """The upstream call for `req`, forwarded as it is only when the client spoke Databricks."""
+    variant = OUT.carriage(req, backend).variant
+    return OUT.build(Outgoing(req, backend, "r1", req.inbound == backend.dialect, variant))
 
 
 def _openai_chat() -> Request:
@@ -316,17 +310,18 @@ def _openai_chat() -> Request:
             ),
             Message("tool", "42", tool_call_id="c", name="f"),
         ],
-        params={"max_tokens": 10, "temperature": 0.2, "stop": ["x"], "logprobs": True, "top_logprobs": 1},
+        params=Params(max_tokens=10, temperature=0.2, stop=("x",), logprobs=True, top_logprobs=1),
     )
 
 
 def test_build_chat_exact():
-    call = OUT.build(_openai_chat(), _Backend())  # type: ignore[arg-type]
+    call = _build(_openai_chat(), _backend())
     assert call.path == "/serving-endpoints/llama-ep/invocations" and not call.passthrough
     assert jsonutil.loads(call.body or b"") == {
         "messages": [
             {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Hi there"},
+            # Text parts are joined by the neutral rule every text backend sees (Message.text()).
+            {"role": "user", "content": "Hi \nthere"},
             {
                 "role": "assistant",
                 "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
@@ -344,15 +339,15 @@ def test_build_chat_exact():
 
 def test_build_refuses_token_ids_and_needs_a_name():
     with pytest.raises(Unsupported, match="token ids"):
-        OUT.build(Request(task=Task.COMPLETION, inbound="openai", prompt_ids=[1, 2]), _Backend())  # type: ignore[arg-type]
+        _build(Request(task=Task.COMPLETION, inbound="openai", prompt_ids=[1, 2]), _backend())
     with pytest.raises(Unsupported, match="endpoint name"):
-        OUT.build(Request(task=Task.COMPLETION, inbound="openai", prompt="a"), _Backend(None))  # type: ignore[arg-type]
+        _build(Request(task=Task.COMPLETION, inbound="openai", prompt="a"), _backend(None))
 
 
 def test_fates_per_task():
-    assert "echo" not in OUT.fates(_Backend(), _req(Task.CHAT))  # type: ignore[arg-type]
-    assert "logprobs" not in OUT.fates(_Backend(), _req(Task.COMPLETION))  # type: ignore[arg-type]
-    assert "instruction" in OUT.fates(_Backend(), _req(Task.EMBEDDING))  # type: ignore[arg-type]
+    assert "echo" not in OUT.carriage(_req(Task.CHAT), _backend()).fates
+    assert "logprobs" not in OUT.carriage(_req(Task.COMPLETION), _backend()).fates
+    assert "instruction" in OUT.carriage(_req(Task.EMBEDDING), _backend()).fates
 
 
 def _call(task: Task, stream: bool = False) -> UpstreamCall:
@@ -360,19 +355,19 @@ def _call(task: Task, stream: bool = False) -> UpstreamCall:
 
 
 def test_parse_chat_and_tool_responses():
-    r = OUT.parse_result(_call(Task.CHAT), raw("chat_response.json"))
+    r = OUT.parse_result(_call(Task.CHAT), raw("chat_response.json"), {})
     assert isinstance(r, Result)
     assert (r.choices[0].text, r.choices[0].finish) == ("It is 21 degrees in Berlin.", Finish.EOS)
     assert (r.usage and (r.usage.prompt_tokens, r.usage.completion_tokens)) == (57, 9)
-    t = OUT.parse_result(_call(Task.CHAT), raw("chat_tool_response.json"))
+    t = OUT.parse_result(_call(Task.CHAT), raw("chat_tool_response.json"), {})
     assert isinstance(t, Result) and t.choices[0].finish is Finish.TOOL_CALLS
     assert t.choices[0].tool_calls == fixture("chat_tool_response.json")["choices"][0]["message"]["tool_calls"]
 
 
 def test_parse_completion_and_embedding_responses():
-    r = OUT.parse_result(_call(Task.COMPLETION), raw("completion_response.json"))
+    r = OUT.parse_result(_call(Task.COMPLETION), raw("completion_response.json"), {})
     assert isinstance(r, Result) and [(c.index, c.text) for c in r.choices] == [(0, " Paris"), (1, " Rom")]
-    e = OUT.parse_result(_call(Task.EMBEDDING), raw("embedding_response.json"))
+    e = OUT.parse_result(_call(Task.EMBEDDING), raw("embedding_response.json"), {})
     assert isinstance(e, EmbeddingResult) and e.data[1] == [-0.0321, 0.0654, -0.0987]
     assert e.usage is not None and e.usage.prompt_tokens == 9
 
@@ -388,10 +383,10 @@ def _events(parser: Any, data: bytes, step: int) -> list[Any]:
 def test_stream_without_done_is_complete_after_finish(step):
     events = _events(OUT.stream_parser(_call(Task.CHAT, True)), raw("chat_stream.txt"), step)
     assert [repr(e) for e in events if not isinstance(e, UsageEvent)] == [
-        "TextDelta('Hallo', index=0)",
-        "TextDelta(' Welt', index=0)",
-        "TextDelta('!', index=0)",
-        "FinishEvent(eos, index=0)",
+        "TextDelta(text='Hallo', index=0, logprobs=None, token_ids=None)",
+        "TextDelta(text=' Welt', index=0, logprobs=None, token_ids=None)",
+        "TextDelta(text='!', index=0, logprobs=None, token_ids=None)",
+        "FinishEvent(reason=<Finish.EOS: 'eos'>, index=0)",
     ]
     assert [(e.usage.prompt_tokens, e.usage.completion_tokens) for e in events if isinstance(e, UsageEvent)] == [
         (12, 3)
@@ -400,7 +395,10 @@ def test_stream_without_done_is_complete_after_finish(step):
 
 def test_completion_stream_with_done():
     events = _events(OUT.stream_parser(_call(Task.COMPLETION, True)), raw("completion_stream.txt"), 5)
-    assert [repr(e) for e in events] == ["TextDelta(' Paris', index=0)", "FinishEvent(length, index=0)"]
+    assert [repr(e) for e in events] == [
+        "TextDelta(text=' Paris', index=0, logprobs=None, token_ids=None)",
+        "FinishEvent(reason=<Finish.LENGTH: 'length'>, index=0)",
+    ]
 
 
 def test_truncated_stream_and_inband_error_are_midstream_errors():
@@ -423,7 +421,7 @@ def test_error_text_variants():
 
 
 def test_health():
-    assert OUT.health_path(_Backend()) == "/api/2.0/serving-endpoints/llama-ep"  # type: ignore[arg-type]
+    assert OUT.health_path(_backend()) == "/api/2.0/serving-endpoints/llama-ep"
     assert OUT.health_ok(raw("endpoint_ready.json")) is True
     assert OUT.health_ok(raw("endpoint_not_ready.json")) is False
     assert OUT.models(raw("endpoint_ready.json")) == ["databricks-meta-llama-3-3-70b-instruct"]

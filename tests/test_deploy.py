@@ -13,9 +13,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import dialects
 from gateway.app import create_app
 from gateway.config import Config, expand_env, parse_config
+from gateway.dialects import registry as dialects
 from tests.conftest import one_route
 from tests.test_metrics import gateway_metrics_text, run_mix
 

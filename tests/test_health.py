@@ -4,7 +4,7 @@ import asyncio
 
 from aiohttp import web
 
-from gateway import dialects
+from gateway.dialects import registry as dialects
 from gateway.health import READINESS
 from tests.support import Recorded, json_reply
 

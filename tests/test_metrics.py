@@ -18,9 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.core.exchange import Exchange
-from gateway.core.types import TextDelta, Usage, UsageEvent
 from gateway.metrics import MULTIPROC_ENV, Metrics
+from gateway.neutral.events import TextDelta, UsageEvent
+from gateway.neutral.types import Usage
+from gateway.proxy.exchange import Exchange
 from tests.conftest import one_route
 from tests.support import FakeUpstream, Recorded, json_reply, sse_reply
 

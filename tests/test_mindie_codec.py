@@ -6,12 +6,15 @@ from typing import Any
 import pytest
 
 from gateway import jsonutil
-from gateway.core.errors import InvalidRequest, UpstreamError
-from gateway.core.types import Finish, FinishEvent, TextDelta, UsageEvent
-from gateway.dialects.mindie import chat, native
-from gateway.dialects.mindie.outbound import FullTextParser, Options, native_body
-from gateway.dialects.openai.outbound import OpenAIStreamParser
+from gateway.dialects.mindie import inbound
+from gateway.dialects.mindie.outbound import Options, native_body
+from gateway.dialects.mindie.reading import FullTextParser
+from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.tgi.reading import GenerateStreamParser
+from gateway.neutral.errors import InvalidRequest, UpstreamError
+from gateway.neutral.events import FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.params import Params
+from gateway.neutral.types import Finish
 
 FIX = Path(__file__).parent / "fixtures" / "mindie"
 
@@ -31,10 +34,10 @@ def parse_all(parser: Any, body: bytes, step: int | None = None) -> list[Any]:
 
 
 def test_seed_000_request_to_neutral() -> None:
-    req = native.parse_infer(fixture("infer_token_request.json"))
+    req = inbound.parse_infer(fixture("infer_token_request.json"))
     assert req.prompt_ids == [5618, 19678, 701, 9072, 13]
     assert req.stream is False
-    assert req.params == {
+    assert dict(req.params.items()) == {
         "max_tokens": 20,
         "temperature": 0.5,
         "top_k": 10,
@@ -64,7 +67,7 @@ def test_seed_000_request_to_neutral() -> None:
 )
 def test_native_ranges_rejected(params: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequest):
-        native.parse_infer(jsonutil.dumps({"inputs": "hi", "parameters": params}))
+        inbound.parse_infer(jsonutil.dumps({"inputs": "hi", "parameters": params}))
 
 
 @pytest.mark.parametrize(
@@ -73,7 +76,7 @@ def test_native_ranges_rejected(params: dict[str, Any]) -> None:
 )
 def test_native_inputs_rejected(body: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequest):
-        native.parse_infer(jsonutil.dumps(body))
+        inbound.parse_infer(jsonutil.dumps(body))
 
 
 @pytest.mark.parametrize("step", [None, 1, 7, 64])
@@ -133,14 +136,14 @@ def test_seed_004_full_text_stream_diffed() -> None:
 
 
 def test_seed_004_chat_request_parsed() -> None:
-    req = chat.parse_chat(fixture("chat_request.json"))
+    req = inbound.parse_chat(fixture("chat_request.json"))
     assert req.inbound == "mindie"
-    assert "top_k" not in req.params  # the seed's 0 means "not set"
-    assert req.params["stop"] == ["stop1", "stop2"]
-    assert req.params["stop_token_ids"] == [2, 13]
-    assert req.params["repetition_penalty"] == 1.0
-    assert req.params["max_tokens"] == 20
-    mm = chat.parse_chat(fixture("chat_request_multimodal.json"))
+    assert req.params.top_k is None  # the seed's 0 means "not set"
+    assert req.params.stop == ("stop1", "stop2")
+    assert req.params.stop_token_ids == (2, 13)
+    assert req.params.repetition_penalty == 1.0
+    assert req.params.max_tokens == 20
+    mm = inbound.parse_chat(fixture("chat_request_multimodal.json"))
     assert mm.messages is not None
     assert mm.messages[0].content == [
         {"type": "text", "text": "My name is Olivier and I"},
@@ -149,8 +152,8 @@ def test_seed_004_chat_request_parsed() -> None:
 
 
 def test_native_body_never_sends_rejected_values() -> None:
-    req = native.parse_infer(jsonutil.dumps({"inputs": "hi"}))
-    req.params = {"temperature": 0, "top_p": 1.0}
+    req = inbound.parse_infer(jsonutil.dumps({"inputs": "hi"}))
+    req = req.but(params=Params(temperature=0, top_p=1.0))
     body = native_body(req, Options(default_max_tokens=77))
     assert body == {
         "inputs": "hi",

@@ -7,45 +7,16 @@ from typing import Any
 import pytest
 
 from gateway import jsonutil
-from gateway.config import Backend as BackendConf
-from gateway.core.errors import InvalidRequest, NotFound, UpstreamClass, UpstreamError
-from gateway.core.routing import Backend
-from gateway.core.types import (
-    Choice,
-    EmbeddingResult,
-    Finish,
-    FinishEvent,
-    Frame,
-    Message,
-    ReasoningDelta,
-    Request,
-    Result,
-    Task,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    UsageEvent,
-)
-from gateway.dialects import openai as openai_dialect
-from gateway.dialects.base import RenderContext
+from gateway.codec.contract import RenderContext
 from gateway.dialects.openai import render
 from gateway.dialects.openai.inbound import OpenAIInbound, parse_chat, parse_completion, parse_embedding
-from gateway.dialects.openai.outbound import OpenAIOutbound, Options
+from gateway.neutral.errors import InvalidRequest, NotFound, UpstreamClass, UpstreamError
+from gateway.neutral.events import FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.params import Params
+from gateway.neutral.types import Choice, EmbeddingResult, Finish, Message, Request, Result, Task, Usage
 from tests.fixtures.openai.wire import load, raw
 
-OUT = OpenAIOutbound()
 CTX = RenderContext(request_id="req1", created=1700000000, model="m")
-
-
-def backend(extensions: str = "none", model: str | None = "up-model") -> Backend:
-    conf = BackendConf(dialect="openai", url="http://x", model=model, options={"extensions": extensions})
-    return Backend("b", conf, openai_dialect.DIALECT, Options(extensions=extensions), ["http://x"], {})
-
-
-def body_of(req: Request, b: Backend) -> dict[str, Any]:
-    call = OUT.build(req, b)
-    assert call.body is not None
-    return jsonutil.loads(call.body)  # type: ignore[no-any-return]
 
 
 # ---- inbound: wire -> neutral ---------------------------------------------------------------
@@ -59,7 +30,7 @@ def test_parse_chat_fixture() -> None:
     assert req.stream is True
     assert req.include_usage is True
     assert req.raw == load("chat_request.json")
-    assert req.params == {
+    assert dict(req.params.items()) == {
         "frequency_penalty": -0.25,
         "logit_bias": {"50256": -100},
         "presence_penalty": 0.5,
@@ -68,9 +39,9 @@ def test_parse_chat_fixture() -> None:
         "top_p": 0.9,
         "user": "user-1234",
         "n": 2,
-        "stop": ["\n\n", "END"],
+        "stop": ("\n\n", "END"),
         "max_tokens": 256,
-        "tools": load("chat_request.json")["tools"],
+        "tools": tuple(load("chat_request.json")["tools"]),
         "tool_choice": "auto",
         "response_format": {"type": "json_object"},
         "parallel_tool_calls": False,
@@ -114,17 +85,17 @@ def test_parse_chat_max_tokens_and_vendor_extensions() -> None:
         "repetition_penalty": 1.1,
         "min_p": 0.05,
         "ignore_eos": True,
-        "stop_token_ids": [2],
+        "stop_token_ids": (2,),
     }
     req = parse_chat(jsonutil.dumps(body))
-    assert req.params == {
+    assert dict(req.params.items()) == {
         "max_tokens": 5,
-        "stop": ["x"],
+        "stop": ("x",),
         "top_k": 40,
         "repetition_penalty": 1.1,
         "min_p": 0.05,
         "ignore_eos": True,
-        "stop_token_ids": [2],
+        "stop_token_ids": (2,),
     }
     assert req.stream is False and req.include_usage is False
 
@@ -134,13 +105,13 @@ def test_parse_completion_fixture() -> None:
     assert req.task is Task.COMPLETION
     assert req.prompt == "Say this is a test"
     assert req.prompt_ids is None
-    assert req.params == {
+    assert dict(req.params.items()) == {
         "presence_penalty": 0.1,
         "temperature": 0,
         "top_p": 1,
         "user": "u-9",
         "max_tokens": 7,
-        "stop": ["\n"],
+        "stop": ("\n",),
         "logprobs": True,
         "top_logprobs": 2,
     }
@@ -149,20 +120,20 @@ def test_parse_completion_fixture() -> None:
 def test_parse_completion_token_ids_and_default_max_tokens() -> None:
     req = parse_completion(b'{"model":"m","prompt":[1,2,3]}')
     assert req.prompt_ids == [1, 2, 3] and req.prompt is None
-    assert req.params == {"max_tokens": 16}
+    assert dict(req.params.items()) == {"max_tokens": 16}
     req = parse_completion(b'{"model":"m","prompt":[[1],[2,3]],"best_of":3,"echo":true,"suffix":"z"}')
     assert req.prompt_ids == [[1], [2, 3]]
-    assert req.params == {"max_tokens": 16, "best_of": 3, "echo": True, "suffix": "z"}
+    assert dict(req.params.items()) == {"max_tokens": 16, "best_of": 3, "echo": True, "suffix": "z"}
 
 
 def test_parse_embedding_fixture() -> None:
     req = parse_embedding(raw("embedding_request.json"))
     assert req.task is Task.EMBEDDING
     assert req.input == ["The food was delicious", "and the waiter was kind"]
-    assert req.params == {"dimensions": 3, "user": "u-7"}
+    assert dict(req.params.items()) == {"dimensions": 3, "user": "u-7"}
     req = parse_embedding(b'{"model":"e","input":"one","encoding_format":"base64"}')
     assert req.input == ["one"]
-    assert req.params == {"encoding_format": "base64"}
+    assert dict(req.params.items()) == {"encoding_format": "base64"}
     assert parse_embedding(b'{"model":"e","input":[5,6]}').input == [[5, 6]]
 
 
@@ -186,7 +157,7 @@ def test_parse_chat_rejects(body: bytes, param: str | None) -> None:
 
 
 def chat_req(**kw: Any) -> Request:
-    return Request(Task.CHAT, "openai", model="m", messages=[Message("user", "hi")], **kw)
+    return Request(task=Task.CHAT, inbound="openai", model="m", messages=[Message("user", "hi")], **kw)
 
 
 def test_render_chat_exact() -> None:
@@ -194,7 +165,7 @@ def test_render_chat_exact() -> None:
         [Choice(0, "Hello!", finish=Finish.STOP_STRING)],
         Usage(3, 2, {"prompt_tokens_details": {"cached_tokens": 1}}),
     )
-    assert jsonutil.loads(render.render_chat(result, chat_req(), CTX)) == {
+    assert jsonutil.loads(render.render_chat(render.OPENAI, result, CTX)) == {
         "id": "chatcmpl-req1",
         "object": "chat.completion",
         "created": 1700000000,
@@ -219,7 +190,7 @@ def test_render_chat_exact() -> None:
 def test_render_chat_tool_calls_and_unknown_usage() -> None:
     calls = load("chat_response_tool_calls.json")["choices"][0]["message"]["tool_calls"]
     result = Result([Choice(0, "", tool_calls=calls, finish=Finish.TOOL_CALLS)], Usage(5, None))
-    out = jsonutil.loads(render.render_chat(result, chat_req(), CTX))
+    out = jsonutil.loads(render.render_chat(render.OPENAI, result, CTX))
     assert out["choices"] == [
         {
             "index": 0,
@@ -237,8 +208,7 @@ def test_render_completion_exact_with_logprobs() -> None:
         {"token": " there", "logprob": -1.0, "top_logprobs": []},
     ]
     result = Result([Choice(0, "Hi there", finish=Finish.LENGTH, logprobs=entries)], Usage(4, 2))
-    req = Request(Task.COMPLETION, "openai", model="m", prompt="p")
-    assert jsonutil.loads(render.render_completion(result, req, CTX)) == {
+    assert jsonutil.loads(render.render_completion(render.OPENAI, result, CTX)) == {
         "id": "cmpl-req1",
         "object": "text_completion",
         "created": 1700000000,
@@ -267,7 +237,7 @@ def b64(vec: list[float]) -> str:
 def test_render_embedding_float_and_base64() -> None:
     vecs = [[0.5, -0.25], [1.0, 2.0]]
     result = EmbeddingResult([vecs[0], b64(vecs[1])], Usage(7, 0))
-    req = Request(Task.EMBEDDING, "openai", model="e", input=["a", "b"])
+    req = Request(task=Task.EMBEDDING, inbound="openai", model="e", input=["a", "b"])
     assert jsonutil.loads(render.render_embedding(result, req, CTX)) == {
         "object": "list",
         "data": [
@@ -277,7 +247,7 @@ def test_render_embedding_float_and_base64() -> None:
         "model": "m",
         "usage": {"prompt_tokens": 7, "total_tokens": 7},
     }
-    req.params["encoding_format"] = "base64"
+    req = req.but(params=req.params.replace(encoding_format="base64"))
     out = jsonutil.loads(render.render_embedding(result, req, CTX))
     assert [d["embedding"] for d in out["data"]] == [b64(vecs[0]), b64(vecs[1])]
 
@@ -286,7 +256,7 @@ HEAD = b'data: {"id":"chatcmpl-req1","object":"chat.completion.chunk","created":
 
 
 def test_chat_stream_renderer_exact_frames() -> None:
-    r = render.ChatStreamRenderer(chat_req(stream=True), CTX)
+    r = render.ChunkStream(render.OPENAI, chat_req(stream=True), CTX)
     assert r.content_type == "text/event-stream"
     assert (
         r.start()
@@ -321,7 +291,7 @@ def test_chat_stream_renderer_exact_frames() -> None:
 
 
 def test_chat_stream_renderer_include_usage_and_n() -> None:
-    r = render.ChatStreamRenderer(chat_req(stream=True, include_usage=True, params={"n": 2}), CTX)
+    r = render.ChunkStream(render.OPENAI, chat_req(stream=True, include_usage=True, params=Params(n=2)), CTX)
     role = b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
     assert r.start() == b"".join(HEAD + role % i + b'],"usage":null}\n\n' for i in (0, 1))
     assert r.render([TextDelta("a", 1), FinishEvent(Finish.EOS, 1), UsageEvent(Usage(3, 4))]) == (
@@ -336,7 +306,7 @@ def test_chat_stream_renderer_include_usage_and_n() -> None:
 
 
 def test_chat_stream_renderer_error_frame() -> None:
-    r = render.ChatStreamRenderer(chat_req(stream=True), CTX)
+    r = render.ChunkStream(render.OPENAI, chat_req(stream=True), CTX)
     err = UpstreamError("backend broke off", upstream_class=UpstreamClass.MIDSTREAM)
     assert r.error(err) + r.end() == (
         b'data: {"error":{"message":"backend broke off","type":"server_error","param":null,"code":null}}\n\n'
@@ -345,8 +315,8 @@ def test_chat_stream_renderer_error_frame() -> None:
 
 
 def test_completion_stream_renderer_exact_frames() -> None:
-    req = Request(Task.COMPLETION, "openai", model="m", prompt="p", stream=True, include_usage=True)
-    r = render.CompletionStreamRenderer(req, CTX)
+    req = Request(task=Task.COMPLETION, inbound="openai", model="m", prompt="p", stream=True, include_usage=True)
+    r = render.ChunkStream(render.OPENAI, req, CTX)
     head = b'data: {"id":"cmpl-req1","object":"text_completion","created":1700000000,"model":"m","choices":['
     assert r.start() == b""
     assert r.render([TextDelta("x"), FinishEvent(Finish.LENGTH), UsageEvent(Usage(1, 1))]) == (
@@ -362,18 +332,18 @@ def test_completion_stream_renderer_exact_frames() -> None:
 
 def test_passthrough_renderer_withholds_unasked_usage() -> None:
     frames = [Frame(b'{"a":1}'), Frame(b'{"choices":[],"usage":{}}', usage_only=True), TextDelta("ignored")]
-    quiet = render.PassthroughStreamRenderer(chat_req(stream=True), CTX)
+    quiet = render.PassthroughStream(render.OPENAI, chat_req(stream=True))
     assert quiet.start() + quiet.render(frames) + quiet.end() == b'data: {"a":1}\n\ndata: [DONE]\n\n'
-    loud = render.PassthroughStreamRenderer(chat_req(stream=True, include_usage=True), CTX)
+    loud = render.PassthroughStream(render.OPENAI, chat_req(stream=True, include_usage=True))
     assert loud.render(frames) == b'data: {"a":1}\n\ndata: {"choices":[],"usage":{}}\n\n'
 
 
-def test_error_response_shape() -> None:
-    resp = OpenAIInbound().error_response(NotFound("no such model", param="model", code="model_not_found"))
+def test_error_reply_shape() -> None:
+    resp = OpenAIInbound().error_reply(NotFound("no such model", param="model", code="model_not_found"))
     assert resp.status == 404
     assert resp.content_type == "application/json"
     assert resp.body is not None
-    assert jsonutil.loads(resp.body) == {  # type: ignore[arg-type]
+    assert jsonutil.loads(resp.body) == {
         "error": {
             "message": "no such model",
             "type": "invalid_request_error",

@@ -2,43 +2,45 @@
 and streams parsed back, against the fixtures."""
 
 import base64
+import dataclasses
 import struct
 from typing import Any
 
 import pytest
 
 from gateway import jsonutil
-from gateway.config import Backend as BackendConf
-from gateway.core.errors import Unsupported, UpstreamClass, UpstreamError
-from gateway.core.params import apply_policy
-from gateway.core.routing import Backend
-from gateway.core.types import (
-    Choice,
-    EmbeddingResult,
-    Finish,
-    Message,
-    Request,
-    Result,
-    Task,
-    Usage,
-)
-from gateway.dialects import openai as openai_dialect
-from gateway.dialects.base import RenderContext
+from gateway.codec.contract import BackendView, Outgoing, UpstreamCall
 from gateway.dialects.openai.inbound import parse_chat
-from gateway.dialects.openai.outbound import OpenAIOutbound, OpenAIStreamParser, Options
+from gateway.dialects.openai.outbound import OpenAIOutbound, Options
+from gateway.dialects.openai.reading import OpenAIStreamParser
+from gateway.neutral.errors import Unsupported, UpstreamClass, UpstreamError
+from gateway.neutral.params import Params
+from gateway.neutral.types import Choice, EmbeddingResult, Finish, Message, Request, Result, Task, Usage
+from gateway.proxy.plan import apply_policy
 from tests.fixtures.openai.wire import evs, load, raw
 
 OUT = OpenAIOutbound()
-CTX = RenderContext(request_id="req1", created=1700000000, model="m")
 
 
-def backend(extensions: str = "none", model: str | None = "up-model") -> Backend:
-    conf = BackendConf(dialect="openai", url="http://x", model=model, options={"extensions": extensions})
-    return Backend("b", conf, openai_dialect.DIALECT, Options(extensions=extensions), ["http://x"], {})
+def backend(extensions: str = "none", model: str | None = "up-model") -> BackendView:
+    return BackendView("b", "openai", model, Options(extensions=extensions))
 
 
-def body_of(req: Request, b: Backend) -> dict[str, Any]:
-    call = OUT.build(req, b)
+def build(req: Request, b: BackendView) -> UpstreamCall:
+    """The upstream call for `req`, as the proxy's plan has it built: forwarded as it is when the
+    client spoke the backend's own wire."""
+    variant = OUT.carriage(req, b).variant
+    return OUT.build(Outgoing(req, b, "req1", req.inbound == b.dialect, variant))
+
+
+def policy(req: Request, b: BackendView) -> tuple[Request, tuple[str, ...]]:
+    """`req` with the parameters the fate policy leaves it for `b`, and the hints it dropped."""
+    params, dropped = apply_policy(req.params, OUT.carriage(req, b).fates, b.name, "openai")
+    return req.but(params=params), dropped
+
+
+def body_of(req: Request, b: BackendView) -> dict[str, Any]:
+    call = build(req, b)
     assert call.body is not None
     return jsonutil.loads(call.body)  # type: ignore[no-any-return]
 
@@ -48,17 +50,19 @@ def body_of(req: Request, b: Backend) -> dict[str, Any]:
 
 def foreign_chat(**params: Any) -> Request:
     """A chat request as a non-OpenAI inbound dialect would hand it over."""
-    return Request(Task.CHAT, "tgi", model="client-model", messages=[Message("user", "hi")], params=params)
+    return Request(
+        task=Task.CHAT, inbound="tgi", model="client-model", messages=[Message("user", "hi")], params=Params(**params)
+    )
 
 
 def test_build_public_drops_vendor_hints_and_maps_max_tokens() -> None:
     b = backend("none")
     req = foreign_chat(
-        max_tokens=20, temperature=0.5, top_k=10, repetition_penalty=1.2, seed=3, stop=["x"], watermark=True
+        max_tokens=20, temperature=0.5, top_k=10, repetition_penalty=1.2, seed=3, stop=("x",), watermark=True
     )
-    dropped = apply_policy(req, OUT.fates(b, req), b.name, "openai")
-    assert dropped == ["repetition_penalty", "top_k", "watermark"]
-    call = OUT.build(req, b)
+    req, dropped = policy(req, b)
+    assert dropped == ("repetition_penalty", "top_k", "watermark")
+    call = build(req, b)
     assert call.path == "/v1/chat/completions"
     assert call.stream is False and call.passthrough is False
     assert jsonutil.loads(call.body or b"") == {
@@ -73,8 +77,9 @@ def test_build_public_drops_vendor_hints_and_maps_max_tokens() -> None:
 
 def test_build_vllm_sends_vendor_params_and_max_tokens() -> None:
     b = backend("vllm")
-    req = foreign_chat(max_tokens=20, top_k=10, repetition_penalty=1.2, min_p=0.1, stop_token_ids=[7], ignore_eos=True)
-    assert apply_policy(req, OUT.fates(b, req), b.name, "openai") == []
+    req = foreign_chat(max_tokens=20, top_k=10, repetition_penalty=1.2, min_p=0.1, stop_token_ids=(7,), ignore_eos=True)
+    req, dropped = policy(req, b)
+    assert dropped == ()
     assert body_of(req, b) == {
         "model": "up-model",
         "messages": [{"role": "user", "content": "hi"}],
@@ -89,44 +94,43 @@ def test_build_vllm_sends_vendor_params_and_max_tokens() -> None:
 
 def test_build_do_sample_false_means_greedy() -> None:
     b = backend("none")
-    req = foreign_chat(do_sample=False)
-    assert apply_policy(req, OUT.fates(b, req), b.name, "openai") == []
+    req, dropped = policy(foreign_chat(do_sample=False), b)
+    assert dropped == ()
     assert body_of(req, b)["temperature"] == 0.0
     # An explicit temperature wins over do_sample.
-    req = foreign_chat(do_sample=False, temperature=0.3)
-    apply_policy(req, OUT.fates(b, req), b.name, "openai")
+    req, _ = policy(foreign_chat(do_sample=False, temperature=0.3), b)
     assert body_of(req, b)["temperature"] == 0.3
-    req = foreign_chat(do_sample=True)
-    apply_policy(req, OUT.fates(b, req), b.name, "openai")
+    req, _ = policy(foreign_chat(do_sample=True), b)
     assert "temperature" not in body_of(req, b)
 
 
 def test_build_refuses_contract_params_the_public_api_lacks() -> None:
     b = backend("none")
-    req = foreign_chat(stop_token_ids=[2], include_stop_str_in_output=True, top_k=3)
+    req = foreign_chat(stop_token_ids=(2,), include_stop_str_in_output=True, top_k=3)
     with pytest.raises(Unsupported) as ei:
-        apply_policy(req, OUT.fates(b, req), b.name, "openai")
+        policy(req, b)
     assert ei.value.status == 400
     assert ei.value.param == "include_stop_str_in_output"
     assert ei.value.code == "unsupported_parameter"
     assert "include_stop_str_in_output, stop_token_ids" in ei.value.message
-    # Asking for nothing is never refused.
-    req = foreign_chat(stop_token_ids=[], include_stop_str_in_output=False, details=None)
-    assert apply_policy(req, OUT.fates(b, req), b.name, "openai") == []
-    assert req.params == {}
+    # Asking for nothing is never refused. (A parameter set to None is "not set" in the neutral form.)
+    req = foreign_chat(stop_token_ids=(), include_stop_str_in_output=False, bad_words=None)
+    req, dropped = policy(req, b)
+    assert dropped == ()
+    assert dict(req.params.items()) == {}
 
 
 def test_build_translated_stream_completion_and_logprobs() -> None:
     b = backend("none")
     req = Request(
-        Task.COMPLETION,
-        "tgi",
+        task=Task.COMPLETION,
+        inbound="tgi",
         model="c",
         prompt_ids=[1, 2],
         stream=True,
-        params={"max_tokens": 9, "logprobs": True, "top_logprobs": 2, "n": 2, "echo": True},
+        params=Params(max_tokens=9, logprobs=True, top_logprobs=2, n=2, echo=True),
     )
-    call = OUT.build(req, b)
+    call = build(req, b)
     assert call.path == "/v1/completions" and call.stream is True
     assert jsonutil.loads(call.body or b"") == {
         "model": "up-model",
@@ -138,8 +142,7 @@ def test_build_translated_stream_completion_and_logprobs() -> None:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    chat = foreign_chat(logprobs=True, top_logprobs=4)
-    chat.stream = True
+    chat = foreign_chat(logprobs=True, top_logprobs=4).but(stream=True)
     assert body_of(chat, b) == {
         "model": "up-model",
         "messages": [{"role": "user", "content": "hi"}],
@@ -161,15 +164,21 @@ def test_build_translated_messages_and_embeddings() -> None:
         ),
         Message("tool", "r", tool_call_id="c", name="f"),
     ]
-    req = Request(Task.CHAT, "tgi", model="client-model", messages=msgs)
+    req = Request(task=Task.CHAT, inbound="tgi", model="client-model", messages=msgs)
     assert body_of(req, b)["messages"] == [
         {"role": "system", "content": "s"},
         {"role": "assistant", "content": None, "tool_calls": msgs[1].tool_calls},
         {"role": "tool", "content": "r", "name": "f", "tool_call_id": "c"},
     ]
     assert body_of(req, b)["model"] == "client-model"  # no backend model: the client's name goes through
-    emb = Request(Task.EMBEDDING, "tgi", model="e", input=["a"], params={"encoding_format": "base64", "dimensions": 8})
-    call = OUT.build(emb, backend())
+    emb = Request(
+        task=Task.EMBEDDING,
+        inbound="tgi",
+        model="e",
+        input=["a"],
+        params=Params(encoding_format="base64", dimensions=8),
+    )
+    call = build(emb, backend())
     assert call.path == "/v1/embeddings"
     assert jsonutil.loads(call.body or b"") == {
         "model": "up-model",
@@ -181,13 +190,13 @@ def test_build_translated_messages_and_embeddings() -> None:
 
 def test_build_same_dialect_forwards_raw_body() -> None:
     req = parse_chat(raw("chat_request.json"))
-    call = OUT.build(req, backend("none"))
+    call = build(req, backend("none"))
     assert call.passthrough is True and call.stream is True
     expected = load("chat_request.json")
     expected["model"] = "up-model"
     assert jsonutil.loads(call.body or b"") == expected
     req = parse_chat(b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}],"x_vendor":1}')
-    assert jsonutil.loads(OUT.build(req, backend()).body or b"") == {
+    assert jsonutil.loads(build(req, backend()).body or b"") == {
         "model": "up-model",
         "stream": True,
         "messages": [{"role": "user", "content": "x"}],
@@ -199,14 +208,12 @@ def test_build_same_dialect_forwards_raw_body() -> None:
 # ---- outbound: upstream -> neutral ----------------------------------------------------------
 
 
-def call_for(req: Request, passthrough: bool = False) -> Any:
-    call = OUT.build(req, backend())
-    call.passthrough = passthrough
-    return call
+def call_for(req: Request, passthrough: bool = False) -> UpstreamCall:
+    return dataclasses.replace(build(req, backend()), passthrough=passthrough)
 
 
 def test_parse_chat_response_fixture() -> None:
-    result = OUT.parse_result(call_for(foreign_chat()), raw("chat_response.json"))
+    result = OUT.parse_result(call_for(foreign_chat()), raw("chat_response.json"), {})
     assert isinstance(result, Result)
     assert result.model == "gpt-4o-mini-2024-07-18"
     assert result.choices == [Choice(0, "Hello! How can I assist you today?", finish=Finish.EOS)]
@@ -218,7 +225,7 @@ def test_parse_chat_response_fixture() -> None:
 
 
 def test_parse_chat_tool_calls_fixture() -> None:
-    result = OUT.parse_result(call_for(foreign_chat()), raw("chat_response_tool_calls.json"))
+    result = OUT.parse_result(call_for(foreign_chat()), raw("chat_response_tool_calls.json"), {})
     assert isinstance(result, Result)
     calls = load("chat_response_tool_calls.json")["choices"][0]["message"]["tool_calls"]
     assert result.choices == [Choice(0, "", tool_calls=calls, finish=Finish.TOOL_CALLS)]
@@ -226,8 +233,8 @@ def test_parse_chat_tool_calls_fixture() -> None:
 
 
 def test_parse_completion_response_fixture() -> None:
-    req = Request(Task.COMPLETION, "tgi", model="c", prompt="p")
-    result = OUT.parse_result(call_for(req), raw("completion_response.json"))
+    req = Request(task=Task.COMPLETION, inbound="tgi", model="c", prompt="p")
+    result = OUT.parse_result(call_for(req), raw("completion_response.json"), {})
     assert isinstance(result, Result)
     assert result.choices == [
         Choice(
@@ -258,8 +265,8 @@ def test_parse_completion_response_fixture() -> None:
 
 @pytest.mark.parametrize("name", ["embedding_response.json", "embedding_response_base64.json"])
 def test_parse_embedding_fixtures(name: str) -> None:
-    req = Request(Task.EMBEDDING, "tgi", model="e", input=["a", "b"])
-    result = OUT.parse_result(call_for(req), raw(name))
+    req = Request(task=Task.EMBEDDING, inbound="tgi", model="e", input=["a", "b"])
+    result = OUT.parse_result(call_for(req), raw(name), {})
     assert isinstance(result, EmbeddingResult)
     vectors = [v if isinstance(v, list) else struct.unpack("<3f", base64.b64decode(v)) for v in result.data]
     assert [list(v) for v in vectors] == [[0.5, -0.25, 0.125], [1.0, 0.0, -1.5]]  # sorted by index
@@ -268,7 +275,7 @@ def test_parse_embedding_fixtures(name: str) -> None:
 
 def test_parse_result_error_in_200_body() -> None:
     with pytest.raises(UpstreamError) as ei:
-        OUT.parse_result(call_for(foreign_chat()), raw("error_server.json"))
+        OUT.parse_result(call_for(foreign_chat()), raw("error_server.json"), {})
     assert ei.value.status == 502
     assert "The server had an error" in ei.value.message
 

@@ -7,14 +7,14 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.app import BACKENDS, create_app
+from gateway.codec.contract import Endpoint, PathValues
 from gateway.config import parse_config
-from gateway.core.engine import ProxyEngine
-from gateway.core.exchange import serve
-from gateway.core.routing import Route, RouteGroup
-from gateway.core.types import Message, Request, Task
-from gateway.dialects.base import Endpoint
-from gateway.dialects.openai import render
-from gateway.dialects.openai.inbound import OpenAIInbound
+from gateway.dialects.openai.inbound import RENDER, STREAM, OpenAIInbound
+from gateway.neutral import params as neutral_params
+from gateway.neutral.types import Message, Request, Task
+from gateway.proxy.engine import ProxyEngine
+from gateway.proxy.exchange import serve
+from gateway.proxy.routing import Route, RouteGroup
 from tests.conftest import one_route
 from tests.fixtures.openai.wire import load, raw
 from tests.support import json_reply, raw_reply, sse_json, sse_reply
@@ -125,16 +125,18 @@ async def test_metrics_on_custom_path(upstream, make_gateway):
     assert (await gw.get("/metrics")).status == 404
 
 
-def foreign_parse(body: bytes, request: web.Request) -> Request:
+def foreign_parse(body: bytes, path: PathValues) -> Request:
     """A stand-in for a non-OpenAI inbound dialect: its neutral request carries vendor hints."""
     data = jsonutil.loads(body)
+    # Neutral values: lists are tuples.
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data["params"].items()}
     return Request(
-        Task.CHAT,
-        "foreign",
+        task=Task.CHAT,
+        inbound="foreign",
         model=data["model"],
         messages=[Message("user", data["prompt"])],
         stream=bool(data.get("stream")),
-        params=data["params"],
+        params=neutral_params.make(values),
     )
 
 
@@ -142,7 +144,7 @@ async def foreign_gateway(aiohttp_client: Any, url: str, extensions: str = "none
     app = create_app(parse_config(one_route("openai", "openai", url, options={"extensions": extensions})))
     b = app[BACKENDS]["up"]
     group = RouteGroup("foreign", "", [Route("f", "foreign", "", None, b, ProxyEngine(b))])
-    ep = Endpoint(foreign_parse, render.render_chat, render.chat_stream_renderer)
+    ep = Endpoint(foreign_parse, RENDER, STREAM)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         return await serve(request, ep, group, OpenAIInbound())

@@ -5,7 +5,7 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.adapters import ChatTemplate
-from gateway.core.types import Message
+from gateway.neutral.types import Message
 from tests.conftest import one_route
 from tests.support import Recorded, json_reply, sse_json, sse_reply
 

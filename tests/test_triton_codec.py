@@ -4,16 +4,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import make_mocked_request
 
-from gateway import dialects, jsonutil
-from gateway.config import Backend as BackendConf
-from gateway.core.errors import InvalidRequest, Unsupported, UpstreamError
-from gateway.core.routing import Backend
-from gateway.core.types import Choice, Finish, FinishEvent, Request, Result, Task, TextDelta, UsageEvent
-from gateway.dialects.base import RenderContext
+from gateway import jsonutil
+from gateway.codec.contract import BackendView, Outgoing, PathValues, RenderContext, UpstreamCall
+from gateway.dialects import registry as dialects
 from gateway.dialects.triton import inbound, render
 from gateway.dialects.triton.outbound import TritonOutbound
+from gateway.neutral.errors import InvalidRequest, Unsupported, UpstreamError
+from gateway.neutral.events import FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.params import Params
+from gateway.neutral.types import Choice, Finish, Request, Result, Task
 
 FIX = Path(__file__).parent / "fixtures" / "triton"
 
@@ -26,16 +26,23 @@ def raw(name: str) -> bytes:
     return (FIX / name).read_bytes()
 
 
-def web_request(model: str = "mymodel", version: str | None = None) -> Any:
-    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/generate"
-    match = {"model": model, **({"version": version} if version else {})}
-    return make_mocked_request("POST", path, match_info=match)
+def path_values(model: str = "mymodel", version: str | None = None) -> PathValues:
+    """What the router reads from /v2/models/{model}[/versions/{version}]/generate[_stream]."""
+    return {"model": model, **({"version": version} if version else {})}
 
 
-def backend(flavor: str, **options: Any) -> Backend:
+def parse_generate(body: bytes, path: PathValues) -> Request:
+    return inbound.GENERATE.parse(body, path)
+
+
+def parse_generate_stream(body: bytes, path: PathValues) -> Request:
+    return inbound.GENERATE_STREAM.parse(body, path)
+
+
+def backend(flavor: str, **options: Any) -> BackendView:
     d = dialects.get("triton")
-    conf = BackendConf(dialect="triton", url="http://x", model="ensemble", options={"flavor": flavor, **options})
-    return Backend("b", conf, d, d.outbound.options_model.model_validate(conf.options), ["http://x"], {})
+    opts = d.outbound.options_model.model_validate({"flavor": flavor, **options})
+    return BackendView("b", "triton", "ensemble", opts)
 
 
 CTX = RenderContext(request_id="rid", created=1, model="ensemble")
@@ -45,12 +52,12 @@ CTX = RenderContext(request_id="rid", created=1, model="ensemble")
 
 
 def test_seed_request_parses_to_a_completion():
-    req = inbound.parse_generate(raw("generate_request.json"), web_request())
+    req = parse_generate(raw("generate_request.json"), path_values())
     assert req.task is Task.COMPLETION
     assert req.model == "mymodel"
     assert req.prompt == "client input"
     assert req.stream is False
-    assert req.params == {"temperature": 0}
+    assert dict(req.params.items()) == {"temperature": 0}
     assert req.path_params == {}
 
 
@@ -64,23 +71,23 @@ def test_top_level_extras_are_parameters_and_names_map():
         "repetition_penalty": 1.1,
         "beam_width": 1,
     }
-    req = inbound.parse_generate_stream(jsonutil.dumps(body), web_request(version="2"))
+    req = parse_generate_stream(jsonutil.dumps(body), path_values(version="2"))
     assert req.stream is True
-    assert req.params == {
+    assert dict(req.params.items()) == {
         "max_tokens": 20,
         "seed": 7,
         "top_k": 5,
         "top_p": 0.9,
         "repetition_penalty": 1.1,
-        "stop": ["\n\n", "###"],
+        "stop": ("\n\n", "###"),
     }
     assert req.path_params == {"version": "2"}
 
 
 def test_vllm_and_mindie_names():
     body = {"text_input": "hi", "parameters": {"stop": "END", "seed": 3, "max_new_tokens": 9, "min_p": 0.1}}
-    req = inbound.parse_generate(jsonutil.dumps(body), web_request())
-    assert req.params == {"stop": ["END"], "seed": 3, "max_tokens": 9, "min_p": 0.1}
+    req = parse_generate(jsonutil.dumps(body), path_values())
+    assert dict(req.params.items()) == {"stop": ("END",), "seed": 3, "max_tokens": 9, "min_p": 0.1}
 
 
 @pytest.mark.parametrize(
@@ -103,36 +110,37 @@ def test_vllm_and_mindie_names():
 )
 def test_bad_inputs_are_invalid_requests(body: bytes, message: str):
     with pytest.raises(InvalidRequest) as e:
-        inbound.parse_generate(body, web_request())
+        parse_generate(body, path_values())
     assert message in e.value.message
 
 
 def test_error_response_shape_and_statuses():
     ib = dialects.get("triton").inbound
-    resp = ib.error_response(InvalidRequest("error message"))
+    resp = ib.error_reply(InvalidRequest("error message"))
     assert resp.status == 400 and resp.body == jsonutil.dumps(fixture("error.json"))
-    assert ib.error_response(UpstreamError("boom")).status == 500
-    assert ib.error_response(Unsupported("no")).status == 400
+    assert resp.content_type == "application/json"
+    assert ib.error_reply(UpstreamError("boom")).status == 500
+    assert ib.error_reply(Unsupported("no")).status == 400
 
 
 # ---- rendering -------------------------------------------------------------------------------
 
 
 def test_render_result_matches_seed_response():
-    req = inbound.parse_generate(raw("generate_request.json"), web_request())
+    req = parse_generate(raw("generate_request.json"), path_values())
     out = render.render_result(Result([Choice(0, "model output", finish=Finish.EOS)]), req, CTX)
     assert jsonutil.loads(out) == fixture("generate_response.json")
     assert out == b'{"id":"42","model_name":"mymodel","model_version":"1","text_output":"model output"}'
 
 
 def test_render_without_id_and_with_version():
-    req = inbound.parse_generate(b'{"text_input": "x"}', web_request(version="3"))
+    req = parse_generate(b'{"text_input": "x"}', path_values(version="3"))
     out = render.render_result(Result([Choice(0, "y")]), req, CTX)
     assert out == b'{"model_name":"mymodel","model_version":"3","text_output":"y"}'
 
 
 def test_stream_renderer_frames():
-    req = inbound.parse_generate_stream(b'{"id": "7", "text_input": "x"}', web_request())
+    req = parse_generate_stream(b'{"id": "7", "text_input": "x"}', path_values())
     r = render.stream_renderer(req, CTX)
     assert r.content_type == "text/event-stream; charset=utf-8"
     assert r.start() == b""
@@ -146,7 +154,7 @@ def test_stream_renderer_frames():
 
 
 def test_stream_renderer_answers_once_even_without_text():
-    req = inbound.parse_generate_stream(b'{"text_input": "x"}', web_request())
+    req = parse_generate_stream(b'{"text_input": "x"}', path_values())
     r = render.stream_renderer(req, CTX)
     assert r.render([FinishEvent(Finish.EOS)]) == b""
     assert r.end() == b'data: {"model_name":"mymodel","model_version":"1","text_output":""}\n\n'
@@ -156,14 +164,23 @@ def test_stream_renderer_answers_once_even_without_text():
 
 
 def neutral(stream: bool = False, **params: Any) -> Request:
-    return Request(Task.COMPLETION, "openai", model="m", prompt="Hi", stream=stream, params=params, request_id="r1")
+    """A completion request from an OpenAI client; list parameters become the neutral tuples."""
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+    return Request(
+        task=Task.COMPLETION, inbound="openai", model="m", prompt="Hi", stream=stream, params=Params(**values)
+    )
+
+
+def build(ob: TritonOutbound, req: Request, b: BackendView, request_id: str = "r1") -> UpstreamCall:
+    """The call for a request translated from another dialect (not forwarded as it came)."""
+    return ob.build(Outgoing(req, b, request_id, same_wire=False))
 
 
 def test_trtllm_body():
     ob = TritonOutbound()
     b = backend("trtllm")
     req = neutral(stream=True, max_tokens=20, temperature=0.0, top_p=0.9, seed=5, stop=["\n"], presence_penalty=0.5)
-    call = ob.build(req, b)
+    call = build(ob, req, b)
     assert call.path == "/v2/models/ensemble/generate_stream"
     assert call.stream is True
     assert jsonutil.loads(call.body) == {
@@ -184,8 +201,8 @@ def test_trtllm_body():
 
 
 def test_trtllm_body_defaults_max_tokens_and_version():
-    call = TritonOutbound().build(
-        neutral(), backend("trtllm", default_max_tokens=64, model_version="2", count_tokens=False)
+    call = build(
+        TritonOutbound(), neutral(), backend("trtllm", default_max_tokens=64, model_version="2", count_tokens=False)
     )
     assert call.path == "/v2/models/ensemble/versions/2/generate"
     assert jsonutil.loads(call.body) == {
@@ -200,7 +217,7 @@ def test_trtllm_body_defaults_max_tokens_and_version():
 
 def test_vllm_body_has_sampling_parameters_as_a_json_string():
     req = neutral(max_tokens=8, temperature=0.7, top_k=40, stop=["\n\n", "###"], seed=3, frequency_penalty=0.2)
-    call = TritonOutbound().build(req, backend("vllm"))
+    call = build(TritonOutbound(), req, backend("vllm"))
     assert call.path == "/v2/models/ensemble/generate"
     body = jsonutil.loads(call.body)
     assert body == {
@@ -218,7 +235,7 @@ def test_vllm_body_has_sampling_parameters_as_a_json_string():
 
 def test_mindie_body_greedy_and_ranges():
     req = neutral(stream=True, max_tokens=10, temperature=0.0, top_p=1.0, seed=1, repetition_penalty=1.1)
-    call = TritonOutbound().build(req, backend("mindie"))
+    call = build(TritonOutbound(), req, backend("mindie"))
     assert call.path == "/v2/models/ensemble/generate_stream"
     assert jsonutil.loads(call.body) == {
         "id": "r1",
@@ -229,8 +246,7 @@ def test_mindie_body_greedy_and_ranges():
 
 def test_mindie_body_sampling_and_id_rules():
     req = neutral(temperature=0.8, top_p=0.95, top_k=10)
-    req.request_id = "not a valid id!"
-    body = jsonutil.loads(TritonOutbound().build(req, backend("mindie")).body)
+    body = jsonutil.loads(build(TritonOutbound(), req, backend("mindie"), request_id="not a valid id!").body)
     assert body == {
         "text_input": "Hi",
         "parameters": {
@@ -246,26 +262,26 @@ def test_mindie_body_sampling_and_id_rules():
 
 def test_fates_per_flavor():
     ob = TritonOutbound()
-    assert ob.fates(backend("trtllm"), neutral())["stop"] == "map"
-    assert ob.fates(backend("vllm"), neutral())["stop"] == "map"
-    assert ob.fates(backend("mindie"), neutral())["stop"] == "emulate"
+    assert ob.carriage(neutral(), backend("trtllm")).fates["stop"] == "map"
+    assert ob.carriage(neutral(), backend("vllm")).fates["stop"] == "map"
+    assert ob.carriage(neutral(), backend("mindie")).fates["stop"] == "emulate"
     for flavor in ("trtllm", "vllm", "mindie"):
-        f = ob.fates(backend(flavor), neutral())
+        f = ob.carriage(neutral(), backend(flavor)).fates
         assert not {"tools", "response_format", "logprobs"} & set(f)
         assert f["n"] == "emulate"  # one generate call per choice (core.fanout)
 
 
 def test_unsupported_inputs():
     ob = TritonOutbound()
-    ids = Request(Task.COMPLETION, "openai", prompt_ids=[1, 2])
+    ids = Request(task=Task.COMPLETION, inbound="openai", prompt_ids=[1, 2])
     with pytest.raises(Unsupported):
-        ob.build(ids, backend("trtllm"))
+        build(ob, ids, backend("trtllm"))
     with pytest.raises(Unsupported):
-        ob.build(Request(Task.EMBEDDING, "openai", input=["a"]), backend("trtllm"))
+        build(ob, Request(task=Task.EMBEDDING, inbound="openai", input=["a"]), backend("trtllm"))
     with pytest.raises(Unsupported, match="tokenizer"):
-        ob.build(Request(Task.CHAT, "openai", messages=[]), backend("trtllm"))
+        build(ob, Request(task=Task.CHAT, inbound="openai", messages=[]), backend("trtllm"))
     with pytest.raises(InvalidRequest, match="seed"):
-        ob.build(neutral(seed=-1), backend("mindie"))
+        build(ob, neutral(seed=-1), backend("mindie"))
 
 
 def test_options_are_strict():
@@ -282,38 +298,38 @@ def test_options_are_strict():
 
 def test_trtllm_result_counts_log_probs():
     ob = TritonOutbound()
-    call = ob.build(neutral(max_tokens=4), backend("trtllm"))
-    res = ob.parse_result(call, raw("trtllm_response.json"))
+    call = build(ob, neutral(max_tokens=4), backend("trtllm"))
+    res = ob.parse_result(call, raw("trtllm_response.json"), {})
     assert isinstance(res, Result)
     assert res.choices[0].text == " Machine learning is a"
     assert res.choices[0].finish is Finish.LENGTH
     assert res.usage is not None and (res.usage.prompt_tokens, res.usage.completion_tokens) == (None, 4)
-    call = ob.build(neutral(max_tokens=20), backend("trtllm"))
-    assert ob.parse_result(call, raw("trtllm_response.json")).choices[0].finish is Finish.EOS
+    call = build(ob, neutral(max_tokens=20), backend("trtllm"))
+    assert ob.parse_result(call, raw("trtllm_response.json"), {}).choices[0].finish is Finish.EOS
 
 
 def test_trtllm_without_counts_leaves_usage_out():
     ob = TritonOutbound()
-    call = ob.build(neutral(max_tokens=4), backend("trtllm", count_tokens=False))
-    res = ob.parse_result(call, b'{"model_name":"ensemble","model_version":"1","text_output":"abc"}')
+    call = build(ob, neutral(max_tokens=4), backend("trtllm", count_tokens=False))
+    res = ob.parse_result(call, b'{"model_name":"ensemble","model_version":"1","text_output":"abc"}', {})
     assert isinstance(res, Result)
     assert res.usage is None and res.choices[0].finish is Finish.EOS
 
 
 def test_trtllm_stop_word_is_removed():
     ob = TritonOutbound()
-    call = ob.build(neutral(stop=[" is"]), backend("trtllm"))
-    res = ob.parse_result(call, raw("trtllm_response.json"))
+    call = build(ob, neutral(stop=[" is"]), backend("trtllm"))
+    res = ob.parse_result(call, raw("trtllm_response.json"), {})
     assert isinstance(res, Result)
     assert res.choices[0].text == " Machine learning"
     assert res.choices[0].finish is Finish.STOP_STRING
-    call = ob.build(neutral(stop=[" is"], include_stop_str_in_output=True), backend("trtllm"))
-    assert ob.parse_result(call, raw("trtllm_response.json")).choices[0].text == " Machine learning is a"
+    call = build(ob, neutral(stop=[" is"], include_stop_str_in_output=True), backend("trtllm"))
+    assert ob.parse_result(call, raw("trtllm_response.json"), {}).choices[0].text == " Machine learning is a"
 
 
 def test_vllm_result():
     ob = TritonOutbound()
-    res = ob.parse_result(ob.build(neutral(), backend("vllm")), raw("vllm_response.json"))
+    res = ob.parse_result(build(ob, neutral(), backend("vllm")), raw("vllm_response.json"), {})
     assert isinstance(res, Result)
     assert res.choices[0].text == "\n\nTriton Inference Server is"
     assert res.choices[0].finish is Finish.LENGTH
@@ -322,7 +338,7 @@ def test_vllm_result():
 
 def test_mindie_result():
     ob = TritonOutbound()
-    res = ob.parse_result(ob.build(neutral(), backend("mindie")), raw("mindie_response.json"))
+    res = ob.parse_result(build(ob, neutral(), backend("mindie")), raw("mindie_response.json"), {})
     assert isinstance(res, Result)
     assert res.choices[0].text == " Olivier and I am a"
     assert res.choices[0].finish is Finish.EOS
@@ -331,10 +347,10 @@ def test_mindie_result():
 
 def test_error_in_a_200_body_is_an_upstream_error():
     ob = TritonOutbound()
-    call = ob.build(neutral(), backend("trtllm"))
+    call = build(ob, neutral(), backend("trtllm"))
     body = b'{"error": "generate expects model to produce exactly 1 response, use generate stream"}'
     with pytest.raises(UpstreamError, match="exactly 1 response"):
-        ob.parse_result(call, body)
+        ob.parse_result(call, body, {})
 
 
 def test_error_message_reads_triton_and_mindie_bodies():
@@ -351,7 +367,7 @@ def test_error_message_reads_triton_and_mindie_bodies():
 
 def run_stream(flavor: str, data: bytes, split: int | None = None, **params: Any) -> list[Any]:
     ob = TritonOutbound()
-    parser = ob.stream_parser(ob.build(neutral(stream=True, **params), backend(flavor)))
+    parser = ob.stream_parser(build(ob, neutral(stream=True, **params), backend(flavor)))
     parts = [data] if split is None else [data[:split], data[split:]]
     events: list[Any] = []
     for p in parts:

@@ -14,14 +14,15 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, make_mocked_request
+from aiohttp.test_utils import TestClient
 from openai import AsyncOpenAI
 
 from gateway import jsonutil
-from gateway.core.errors import UpstreamError
-from gateway.core.types import Finish, FinishEvent, TextDelta
-from gateway.dialects.base import RenderContext
+from gateway.codec.contract import RenderContext
 from gateway.dialects.triton import inbound, render
+from gateway.neutral.errors import UpstreamError
+from gateway.neutral.events import FinishEvent, TextDelta
+from gateway.neutral.types import Finish
 from gateway.simulator.server import SimOptionError, create_sim_app
 from tests.conftest import one_route
 from tests.support import FakeUpstream, json_reply, sse_json
@@ -469,8 +470,8 @@ async def test_simulate_vllm_flavour_over_the_network(vllm_sim_process: str):
 
 
 def test_held_back_event_comes_before_an_error_and_an_empty_stream_still_answers():
-    web_req = make_mocked_request("POST", "/v2/models/m/generate_stream", match_info={"model": "m"})
-    req = inbound.parse_generate_stream(jsonutil.dumps({"text_input": "x", "return_finish_reason": True}), web_req)
+    body = jsonutil.dumps({"text_input": "x", "return_finish_reason": True})
+    req = inbound.GENERATE_STREAM.parse(body, {"model": "m"})  # POST /v2/models/m/generate_stream
     ctx = RenderContext(request_id="rid", created=1, model="m")
     r = render.stream_renderer(req, ctx)
     assert r.render([TextDelta("a")]) == b""  # held until the next event or the end

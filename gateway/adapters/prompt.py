@@ -2,23 +2,24 @@
 template, token ids through its tokenizer, text as it is."""
 
 from gateway.adapters import template_for, tokenizer_for
-from gateway.core.errors import Unsupported
-from gateway.core.routing import Backend
-from gateway.core.types import Request, Task
+from gateway.codec.contract import BackendView
+from gateway.neutral.errors import Unsupported
+from gateway.neutral.types import Request, Task
 
 
-def _one(backend: Backend) -> Unsupported:
+def _one(backend: BackendView) -> Unsupported:
     return Unsupported(
-        f"backend {backend.name!r} ({backend.conf.dialect}) takes one prompt per request",
+        f"backend {backend.name!r} ({backend.dialect}) takes one prompt per request",
         param="prompt",
         code="unsupported_parameter",
     )
 
 
-def prompt_text(req: Request, backend: Backend) -> str:
+def prompt_text(req: Request, backend: BackendView) -> str:
     if req.task is Task.CHAT:
-        kwargs = req.params.get("chat_template_kwargs") or {}
-        return template_for(backend).render(req.messages or [], tools=req.params.get("tools"), **kwargs)
+        kwargs = req.params.chat_template_kwargs or {}
+        tools = [dict(t) for t in req.params.tools] if req.params.tools else None
+        return template_for(backend).render(req.messages or [], tools=tools, **kwargs)
     if req.prompt_ids is not None:
         ids = req.prompt_ids
         if ids and isinstance(ids[0], list):

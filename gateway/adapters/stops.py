@@ -9,13 +9,12 @@ closes the upstream response, which cancels the generation on the backend.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from gateway.core.types import Event, Finish, FinishEvent, ReasoningDelta, Result, TextDelta, ToolCallDelta
-
-if TYPE_CHECKING:
-    from gateway.core.engine import EventStream
+from gateway.codec.contract import EventStream
+from gateway.neutral.events import Event, FinishEvent, ReasoningDelta, TextDelta, ToolCallDelta
+from gateway.neutral.types import Finish, Result
 
 
 class StopMatcher:
@@ -80,15 +79,17 @@ def cut_text(text: str, stops: Sequence[str], include_stop: bool = False) -> tup
 
 
 def apply_stops(result: Result, stops: Sequence[str], include_stop: bool) -> Result:
-    """Cut every choice of a whole result at its first stop string; such choices finish STOP_STRING."""
+    """Every choice of a whole result cut at its first stop string; such choices finish STOP_STRING."""
+    choices = []
+    cut = False
     for choice in result.choices:
         text, matched = cut_text(choice.text, stops, include_stop)
         if matched:
-            choice.text = text
-            choice.finish = Finish.STOP_STRING
-            # The backend's own body no longer matches what the client gets.
-            result.passthrough = None
-    return result
+            choice = replace(choice, text=text, finish=Finish.STOP_STRING)
+            cut = True
+        choices.append(choice)
+    # A cut answer no longer matches the backend's own body.
+    return replace(result, choices=choices, passthrough=None) if cut else result
 
 
 @dataclass(slots=True)
@@ -163,7 +164,7 @@ class StopStream:
     def _filter(self, batch: list[Event]) -> list[Event]:
         out: list[Event] = []
         for ev in batch:
-            if isinstance(ev, TextDelta):
+            if type(ev) is TextDelta:
                 st = self._state(ev.index)
                 if st.done:
                     continue
@@ -174,7 +175,7 @@ class StopStream:
                 if matched:
                     st.done = True
                     out.append(FinishEvent(Finish.STOP_STRING, ev.index))
-            elif isinstance(ev, FinishEvent):
+            elif type(ev) is FinishEvent:
                 st = self._state(ev.index)
                 if st.done:
                     continue
@@ -183,7 +184,7 @@ class StopStream:
                     out.append(self._delta(held, ev.index, st))
                 st.done = True
                 out.append(ev)
-            elif isinstance(ev, ReasoningDelta | ToolCallDelta):
+            elif type(ev) is ReasoningDelta or type(ev) is ToolCallDelta:
                 if not self._state(ev.index).done:
                     out.append(ev)
             else:

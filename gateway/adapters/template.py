@@ -20,8 +20,8 @@ import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from gateway.adapters.tokenizer import read_config, special_tokens
-from gateway.core.errors import InvalidRequest
-from gateway.core.types import Message
+from gateway.neutral.errors import InvalidRequest
+from gateway.neutral.types import Message
 
 
 class _GenerationBlock(jinja2.ext.Extension):
@@ -94,7 +94,7 @@ def message_dict(m: Message, list_content: bool = True) -> dict[str, Any]:
     """A message as the OpenAI-style dict chat templates are written against."""
     content: Any = m.content
     if isinstance(content, list) and not list_content:
-        content = "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+        content = m.text()
     d: dict[str, Any] = {"role": m.role, "content": content}
     if m.name is not None:
         d["name"] = m.name

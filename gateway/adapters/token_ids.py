@@ -5,35 +5,39 @@ Encoding a stream piece by piece can split differently from the model's own toke
 piece boundaries; the ids are the tokenizer's reading of the text the client received.
 """
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from gateway.adapters.tokenizer import Tokenizer
-from gateway.core.types import Event, Result, TextDelta
-
-if TYPE_CHECKING:
-    from gateway.core.engine import EventStream
+from gateway.codec.contract import EventStream
+from gateway.neutral.events import Event, TextDelta
+from gateway.neutral.types import Result
 
 
 class TokenIdStream:
     __slots__ = ("_inner", "_tok")
 
-    def __init__(self, inner: "EventStream", tokenizer: Tokenizer) -> None:
+    def __init__(self, inner: EventStream, tokenizer: Tokenizer) -> None:
         self._inner = inner
         self._tok = tokenizer
 
     async def next(self) -> list[Event] | None:
         events = await self._inner.next()
-        for ev in events or ():
-            if type(ev) is TextDelta and ev.token_ids is None and ev.text:
-                ev.token_ids = self._tok.encode(ev.text)
-        return events
+        if not events:
+            return events
+        return [
+            ev._replace(token_ids=self._tok.encode(ev.text))
+            if type(ev) is TextDelta and ev.token_ids is None and ev.text
+            else ev
+            for ev in events
+        ]
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
 def fill_token_ids(result: Result, tokenizer: Tokenizer) -> Result:
-    for c in result.choices:
-        if c.token_ids is None and c.text:
-            c.token_ids = tokenizer.encode(c.text)
-    return result
+    choices = [
+        replace(c, token_ids=tokenizer.encode(c.text)) if c.token_ids is None and c.text else c
+        for c in result.choices
+    ]
+    return replace(result, choices=choices)

@@ -1,35 +1,32 @@
 """The simulator's engine: answers from the fake model, streamed token by token."""
 
 import asyncio
-from typing import TYPE_CHECKING
 
-from gateway.core.types import (
-    EmbeddingResult,
-    Event,
-    FinishEvent,
-    Request,
-    Result,
-    Task,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    UsageEvent,
-)
+from gateway.codec.contract import BackendView, EventStream, NoOptions
+from gateway.neutral.events import Event, FinishEvent, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.types import Answer, Request, Task, Usage
+from gateway.proxy import fanout
+from gateway.proxy.plan import Plan, fan_out, prompts
 from gateway.simulator import model
 
-if TYPE_CHECKING:
-    from gateway.core.exchange import Exchange
+_ITSELF = BackendView("simulator", "simulator", None, NoOptions())
 
 
 class SimEngine:
     def __init__(self, token_delay_s: float = 0.0) -> None:
         self.token_delay_s = token_delay_s
 
-    @property
-    def passthrough_dialect(self) -> str | None:
-        return None
+    def plan(self, req: Request, request_id: str, body_bytes: int, max_fanout: int) -> Plan:
+        # The fake model is the server: it takes every parameter as it is and makes n choices;
+        # a batch of prompts is answered prompt by prompt.
+        batch = prompts(req)
+        parts = fan_out(req, batch, 1) if batch is not None else (req,)
+        return Plan(request_id, body_bytes, _ITSELF, parts, req.params.choices, same_wire=True, passthrough=False)
 
-    async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult:
+    async def complete(self, plan: Plan) -> Answer:
+        return await fanout.complete_parts(plan, self._complete)
+
+    async def _complete(self, plan: Plan, req: Request) -> Answer:
         if req.task is Task.EMBEDDING:
             return model.embed(req)
         result = model.complete(req)
@@ -38,7 +35,10 @@ class SimEngine:
             await asyncio.sleep(self.token_delay_s * longest)
         return result
 
-    async def open_stream(self, req: Request, ex: "Exchange") -> "SimStream":
+    async def open_stream(self, plan: Plan) -> EventStream:
+        return await fanout.open_parts(plan, self._open)
+
+    async def _open(self, plan: Plan, req: Request) -> EventStream:
         return SimStream(req, self.token_delay_s)
 
 
@@ -50,12 +50,11 @@ class SimStream:
     @staticmethod
     def _plan(req: Request) -> list[list[Event]]:
         batches: list[list[Event]] = []
-        n = int(req.params.get("n", 1))
         completion = 0
-        top = int(req.params.get("top_logprobs", 0))
-        for i in range(n):
+        top = req.params.top_logprobs or 0
+        for i in range(req.params.choices):
             g = model.generate(req, i)
-            lps = model.logprob_entries(g.tokens, top) if req.params.get("logprobs") else None
+            lps = model.logprob_entries(g.tokens, top) if req.params.logprobs else None
             for k, tok in enumerate(g.tokens):
                 batches.append([TextDelta(tok, i, [lps[k]] if lps else None, [model.token_id(tok)])])
             for c, call in enumerate(g.tool_calls or ()):

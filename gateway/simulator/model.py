@@ -11,7 +11,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.core.types import Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
+from gateway.neutral.types import Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
 
 VOCAB_SIZE = 32000
 
@@ -58,8 +58,8 @@ class Generation:
 
 
 def _tool_call(req: Request) -> list[dict[str, Any]] | None:
-    tools = req.params.get("tools")
-    choice = req.params.get("tool_choice", "auto")
+    tools = req.params.tools
+    choice = req.params.tool_choice or "auto"
     if not tools or choice == "none" or req.messages is None:
         return None
     if choice == "auto" and req.messages[-1].role != "user":
@@ -79,18 +79,18 @@ def generate(req: Request, index: int = 0) -> Generation:
     echo = " ".join(words) if words else "nothing"
     sentence = f"Simulated answer {index}: you said {echo}. The gateway works end to end."
     tokens = [(" " if i else "") + w for i, w in enumerate(sentence.split(" "))]
-    limit = req.params.get("max_tokens")
+    limit = req.params.max_tokens
     finish = Finish.EOS
     if isinstance(limit, int) and limit < len(tokens):
         tokens = tokens[:limit]
         finish = Finish.LENGTH
-    stops = req.params.get("stop") or ()
+    stops = req.params.stop or ()
     if stops:
         text = "".join(tokens)
         hits = [(text.find(s), s) for s in stops if s and s in text]
         if hits:
             at, stop = min(hits)
-            cut = at + len(stop) if req.params.get("include_stop_str_in_output") else at
+            cut = at + len(stop) if req.params.include_stop_str_in_output else at
             kept, pos = [], 0
             for t in tokens:
                 if pos + len(t) <= cut:
@@ -115,11 +115,11 @@ def logprob_entries(tokens: list[str], top: int) -> list[dict[str, Any]]:
 
 
 def complete(req: Request) -> Result:
-    n = int(req.params.get("n", 1))
+    n = req.params.choices
     choices, completion = [], 0
     for i in range(n):
         g = generate(req, i)
-        lp = logprob_entries(g.tokens, int(req.params.get("top_logprobs", 0))) if req.params.get("logprobs") else None
+        lp = logprob_entries(g.tokens, req.params.top_logprobs or 0) if req.params.logprobs else None
         choices.append(
             Choice(
                 index=i,
@@ -135,7 +135,7 @@ def complete(req: Request) -> Result:
 
 
 def embed(req: Request) -> EmbeddingResult:
-    dims = int(req.params.get("dimensions", 16))
+    dims = req.params.dimensions or 16
     vectors, tokens = [], 0
     for item in req.input or ():
         text = item if isinstance(item, str) else " ".join(map(str, item))

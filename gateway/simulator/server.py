@@ -1,8 +1,9 @@
 """`create_sim_app(dialect)`: a simulated inference server speaking one dialect.
 
-The dialect's inbound codec serves it, exactly as it serves gateway clients, with the fake model
-as the engine behind it; so the simulator's wire format is the gateway's own rendering of that
-dialect, held to the same fixtures.
+The dialect's inbound codec serves it, as it serves gateway clients, with the fake model as the
+engine behind it. Triton's generate paths are read and answered as the imitated server family
+does (gateway.simulator.triton); every other dialect's simulator is its gateway inbound as it is.
+A simulator is a smoke-test partner: the proof of a dialect is the real server and its clients.
 """
 
 from typing import Any
@@ -10,14 +11,17 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from gateway import dialects
+from gateway.codec.contract import Inbound
 from gateway.config import Backend as BackendConf
 from gateway.config import Limits
-from gateway.core.exchange import SERVICES, Services
-from gateway.core.routing import Backend, Route, RouteGroup
-from gateway.dialects.base import SIMULATED_SERVER
+from gateway.dialects import registry
+from gateway.dialects.triton.schema import Options as TritonOptions
 from gateway.metrics import Metrics
+from gateway.proxy.exchange import SERVICES, Services
+from gateway.proxy.mounting import mount
+from gateway.proxy.routing import Route, RouteGroup, build_backend
 from gateway.simulator.engine import SimEngine
+from gateway.simulator.triton import SimulatedTriton
 
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -29,7 +33,7 @@ class SimOptionError(ValueError):
 def server_options(dialect: str, options: dict[str, Any] | None) -> BaseModel:
     """The options of the simulated server, checked against the dialect's backend options: a
     simulator imitates the kind of server a backend of that dialect talks to."""
-    model = dialects.get(dialect).outbound.options_model
+    model = registry.get(dialect).outbound.options_model
     try:
         return model.model_validate(options or {})
     except ValidationError as e:
@@ -41,17 +45,17 @@ def server_options(dialect: str, options: dict[str, Any] | None) -> BaseModel:
 def create_sim_app(
     dialect: str, model: str | None = None, token_delay_s: float = 0.0, options: dict[str, Any] | None = None
 ) -> web.Application:
-    d = dialects.get(dialect)
+    d = registry.get(dialect)
     server = server_options(dialect, options)
     app = web.Application(client_max_size=_MAX_BODY)
     # The simulator records no metrics: with worker processes they would land in the gateway's.
     limits = Limits(max_body_bytes=_MAX_BODY, max_concurrent_requests=1 << 30, max_buffered_body_bytes=1 << 40)
     app[SERVICES] = Services.of(Metrics(enabled=False), limits)
-    conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model")
-    app[SIMULATED_SERVER] = server
-    backend = Backend("simulator", conf, d, server, [], {})
+    conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model", options=options or {})
+    backend = build_backend("simulator", conf, d)
     route = Route("simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s))
-    d.inbound.mount(app.router, "", RouteGroup(dialect, "", [route]))
+    inbound: Inbound = SimulatedTriton(server) if isinstance(server, TritonOptions) else d.inbound
+    mount(app.router, "", RouteGroup(dialect, "", [route]), inbound)
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(status=200)

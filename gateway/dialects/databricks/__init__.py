@@ -1,6 +1,6 @@
 """The Databricks dialect: /serving-endpoints/{name}/invocations and the OpenAI-client form."""
 
-from gateway.dialects.base import Dialect
+from gateway.codec.contract import Dialect
 from gateway.dialects.databricks.inbound import DatabricksInbound
 from gateway.dialects.databricks.outbound import DatabricksOutbound
 

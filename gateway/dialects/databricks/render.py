@@ -1,92 +1,50 @@
-"""Databricks answers as clients expect them: the seed's response objects and SSE chunk streams.
+"""Databricks answers as clients expect them: its response objects and OpenAI's chunk streams.
 
-Whole responses carry exactly the fields seed 002 lists (chat `object` is "chat.completions",
-completions have no `model`, embeddings have an `id`). Streams are OpenAI's chunk streams with
-Databricks ids, so the OpenAI dialect's renderers do the work; only the in-band error differs.
+Whole responses carry exactly the fields Databricks' reference lists (the chat answer's `object`
+is "chat.completions", completions have no `model`, embeddings have an `id`); everything else is
+OpenAI's shape with Databricks ids, rendered by the OpenAI dialect with this flavour. See
+docs/dialects/databricks.md.
 """
 
 from typing import Any
 
 from gateway import jsonutil
-from gateway.core import finish as vocab
-from gateway.core.errors import GatewayError
-from gateway.core.types import EmbeddingResult, Request, Result, Task
-from gateway.dialects.base import RenderContext, StreamRenderer
-from gateway.dialects.openai.render import (
-    ChatStreamRenderer,
-    CompletionStreamRenderer,
-    PassthroughStreamRenderer,
-    completion_logprobs,
-    usage_object,
-)
+from gateway.codec.contract import RenderContext
+from gateway.dialects.openai import render as openai
+from gateway.neutral.errors import GatewayError, Kind, UpstreamClass, UpstreamError
+from gateway.neutral.types import Answer, EmbeddingResult, Request
 
-CHAT_OBJECT = "chat.completions"  # seed 002's word for a whole chat answer (chunks: chat.completion.chunk)
-CHAT_ID = "chatcmpl_"
-COMPLETION_ID = "cmpl_"
 EMBEDDING_ID = "emb_"
 
 
-def _finish(reason: Any) -> str:
-    return vocab.OPENAI[reason] if reason is not None else "stop"
+def error_status_code(err: GatewayError) -> tuple[int, str]:
+    """The HTTP status and Databricks `error_code` for a gateway error."""
+    kind = err.kind
+    if kind is Kind.VALIDATION or kind is Kind.UNSUPPORTED:
+        return 400, "INVALID_PARAMETER_VALUE"
+    if kind is Kind.AUTH:
+        return 401, "UNAUTHENTICATED"
+    if kind is Kind.PERMISSION:
+        return 403, "PERMISSION_DENIED"
+    if kind is Kind.NOT_FOUND:
+        return 404, "RESOURCE_DOES_NOT_EXIST"
+    if kind is Kind.TOO_LARGE:
+        return 413, "BAD_REQUEST"
+    if kind is Kind.CLIENT_TIMEOUT:
+        return 408, "BAD_REQUEST"
+    if kind is Kind.RATE_LIMIT:
+        return 429, "REQUEST_LIMIT_EXCEEDED"
+    if kind is Kind.TIMEOUT:
+        return 504, "DEADLINE_EXCEEDED"
+    if kind is Kind.UNAVAILABLE or kind is Kind.OVERLOADED:
+        return 503, "TEMPORARILY_UNAVAILABLE"
+    if isinstance(err, UpstreamError) and err.upstream_class is UpstreamClass.CONNECT:
+        return 503, "TEMPORARILY_UNAVAILABLE"
+    return 500, "INTERNAL_ERROR"
 
 
-def render_chat(result: Result, req: Request, ctx: RenderContext) -> dict[str, Any]:
-    choices = []
-    for c in result.choices:
-        msg: dict[str, Any] = {"role": "assistant", "content": c.text if (c.text or not c.tool_calls) else None}
-        if c.tool_calls:
-            msg["tool_calls"] = c.tool_calls
-        choice: dict[str, Any] = {"index": c.index, "message": msg, "finish_reason": _finish(c.finish)}
-        if c.logprobs is not None:
-            choice["logprobs"] = {"content": c.logprobs}
-        choices.append(choice)
-    out: dict[str, Any] = {
-        "id": CHAT_ID + ctx.request_id,
-        "object": CHAT_OBJECT,
-        "created": ctx.created,
-        "model": ctx.model,
-        "choices": choices,
-    }
-    usage = usage_object(result.usage)
-    if usage is not None:
-        out["usage"] = usage
-    return out
-
-
-def render_completion(result: Result, req: Request, ctx: RenderContext) -> dict[str, Any]:
-    choices = []
-    for c in result.choices:
-        choice: dict[str, Any] = {"index": c.index, "text": c.text, "finish_reason": _finish(c.finish)}
-        if c.logprobs is not None:
-            choice["logprobs"] = completion_logprobs(c.logprobs)
-        choices.append(choice)
-    out: dict[str, Any] = {
-        "id": COMPLETION_ID + ctx.request_id,
-        "object": "text_completion",
-        "created": ctx.created,
-        "choices": choices,
-    }
-    usage = usage_object(result.usage)
-    if usage is not None:
-        out["usage"] = usage
-    return out
-
-
-def render_embedding(result: EmbeddingResult, req: Request, ctx: RenderContext) -> dict[str, Any]:
-    data = [{"object": "embedding", "index": i, "embedding": vec} for i, vec in enumerate(result.data)]
-    out: dict[str, Any] = {"id": EMBEDDING_ID + ctx.request_id, "object": "list", "model": ctx.model, "data": data}
-    u = result.usage
-    if u is not None and u.prompt_tokens is not None:
-        out["usage"] = {"prompt_tokens": u.prompt_tokens, "total_tokens": u.prompt_tokens}
-    return out
-
-
-def render_result(result: Result | EmbeddingResult, req: Request, ctx: RenderContext) -> bytes:
-    if isinstance(result, EmbeddingResult):
-        return jsonutil.dumps(render_embedding(result, req, ctx))
-    if req.task is Task.CHAT:
-        return jsonutil.dumps(render_chat(result, req, ctx))
-    return jsonutil.dumps(render_completion(result, req, ctx))
+def error_body(err: GatewayError) -> dict[str, Any]:
+    return {"error_code": error_status_code(err)[1], "message": err.message}
 
 
 def error_frame(err: GatewayError) -> bytes:
@@ -96,43 +54,37 @@ def error_frame(err: GatewayError) -> bytes:
     first so Databricks-aware code reads it as an error; the `error` object is what the OpenAI
     SDK (the client Databricks recommends) checks in a chunk before it raises.
     """
-    from gateway.dialects.databricks.inbound import error_status_code
-
     code = error_status_code(err)[1]
     body = {"error_code": code, "message": err.message, "error": {"error_code": code, "message": err.message}}
     return b"data: " + jsonutil.dumps(body) + b"\n\n"
 
 
-class ChatStream(ChatStreamRenderer):
-    def __init__(self, req: Request, ctx: RenderContext) -> None:
-        super().__init__(req, ctx, id_prefix=CHAT_ID)
-
-    def error(self, err: GatewayError) -> bytes:
-        return error_frame(err)
-
-
-class CompletionStream(CompletionStreamRenderer):
-    def __init__(self, req: Request, ctx: RenderContext) -> None:
-        super().__init__(req, ctx, id_prefix=COMPLETION_ID)
-
-    def error(self, err: GatewayError) -> bytes:
-        return error_frame(err)
+FLAVOUR = openai.Flavour(
+    chat_id=lambda ctx: "chatcmpl_" + ctx.request_id,
+    completion_id=lambda ctx: "cmpl_" + ctx.request_id,
+    chat_object="chat.completions",
+    completion_model=False,
+    reasoning=False,
+    logprobs_when_set=True,
+    error_frame=error_frame,
+    passthrough_usage=True,
+)
+_ANSWER = openai.result_renderer(FLAVOUR)
 
 
-class PassthroughStream(PassthroughStreamRenderer):
-    """Databricks upstream to Databricks client: chunks forwarded as they came, usage-only ones too."""
-
-    def __init__(self, req: Request, ctx: RenderContext) -> None:
-        super().__init__(req, ctx)
-        self._include_usage = True
-
-    def error(self, err: GatewayError) -> bytes:
-        return error_frame(err)
+def render_embedding(result: EmbeddingResult, req: Request, ctx: RenderContext) -> dict[str, Any]:
+    data = openai.embedding_data(result, base64_vectors=False)
+    out: dict[str, Any] = {"id": EMBEDDING_ID + ctx.request_id, "object": "list", "model": ctx.model, "data": data}
+    usage = openai.embedding_usage(result.usage)
+    if usage is not None:
+        out["usage"] = usage
+    return out
 
 
-def stream_renderer(req: Request, ctx: RenderContext) -> StreamRenderer:
-    if ctx.passthrough:
-        return PassthroughStream(req, ctx)
-    if req.task is Task.CHAT:
-        return ChatStream(req, ctx)
-    return CompletionStream(req, ctx)
+def render_result(result: Answer, req: Request, ctx: RenderContext) -> bytes:
+    if isinstance(result, EmbeddingResult):
+        return jsonutil.dumps(render_embedding(result, req, ctx))
+    return _ANSWER(result, req, ctx)
+
+
+stream_renderer = openai.stream_renderer(FLAVOUR)

@@ -1,6 +1,7 @@
-"""Databricks Foundation Model API request wire models, fields in the order seed 002 lists them.
+"""Databricks Foundation Model API request wire models, fields in the order its reference lists
+them (docs/dialects/databricks.md#request-validation).
 
-Ranges are the seed's. Unknown top-level fields are allowed (the OpenAI SDK adds its own, and
+Ranges are the reference's. Unknown top-level fields are allowed (the OpenAI SDK adds its own, and
 `extra_params`, `client_request_id` and `usage_context` are accepted by the real service);
 the sub-objects reuse the OpenAI dialect's pieces where the wire is the same.
 """
@@ -101,7 +102,7 @@ class _Common(_Open):
     stop: Stop = None
     # Databricks documents no upper bound; OpenAI's 128 keeps one request from asking for millions.
     n: int | None = Field(None, gt=0, le=128)
-    # Not in the seed, but sent by OpenAI clients; carried as sampling hints.
+    # Not in Databricks' reference, but sent by OpenAI clients; carried as sampling hints.
     seed: int | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)

@@ -2,25 +2,37 @@
 
 Routes: POST /infer, /infer_token (native), /generate (TGI body with `inputs`, or vLLM body with
 `prompt`, told apart the way MindIE does: a non-null `prompt` first), /generate_stream and /
-(TGI-style, wire shared with gateway.dialects.tgi), /v1/chat/completions, /v1/completions
-(OpenAI-flavoured); GET /v1/models, /health, /health/timed[-N].
+(TGI-style), /v1/chat/completions, /v1/completions (OpenAI-flavoured, parsed by the OpenAI
+dialect with MindIE's own schema); GET /v1/models, /health, /health/timed[-N]. See
+docs/dialects/mindie.md.
 """
 
-import time
+from collections.abc import Sequence
 from typing import Any
 
-from aiohttp import web
-
 from gateway import jsonutil
-from gateway.core.errors import GatewayError, InvalidRequest, Kind, NotFound
-from gateway.core.exchange import check_auth, handler
-from gateway.core.routing import RouteGroup
-from gateway.core.types import EmbeddingResult, Request, Result
-from gateway.core.validation import load_object
-from gateway.dialects.base import Endpoint, RenderContext, StreamRenderer
-from gateway.dialects.mindie import chat, native
-from gateway.dialects.mindie.schema import TGIRequest
-from gateway.dialects.tgi import wire
+from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, StreamRenderer
+from gateway.codec.validation import load_object, validate
+from gateway.dialects.mindie import render
+from gateway.dialects.mindie.params import VLLM_GENERATE_IN
+from gateway.dialects.mindie.schema import (
+    InferRequest,
+    MindIEChatRequest,
+    MindIECompletionRequest,
+    TGIRequest,
+    VllmGenerateRequest,
+)
+from gateway.dialects.openai import inbound as openai
+from gateway.dialects.openai import render as openai_render
+from gateway.dialects.tgi import inbound as tgi
+from gateway.dialects.tgi import render as tgi_render
+from gateway.neutral import params as neutral
+from gateway.neutral.errors import GatewayError, InvalidRequest, Kind, NotFound, Unsupported
+from gateway.neutral.types import Answer, Message, Request, Task
+
+# What the native and TGI-style routes generate when the client gives no max_new_tokens.
+DEFAULT_MAX_NEW_TOKENS = 20
+_MEDIA = ("image_url", "video_url", "audio_url")
 
 _STATUS = {
     Kind.VALIDATION: (422, "Input Validation Error"),
@@ -38,131 +50,190 @@ _STATUS = {
     Kind.INTERNAL: (500, "Incomplete Generation"),
 }
 
-TGI_STYLE = wire.Flavour(
-    name="mindie-tgi",
-    space=True,
-    index=False,
-    prompt_sep=" ",
-    prompt_tokens=True,
-    input_length=False,
-    detail_tokens_null=True,
-    unknown_id=None,
-    error_frame=native.raw_error,
-)
+
+# ---- native ------------------------------------------------------------------------------
+
+
+def parse_infer(body: bytes, path: PathValues | None = None) -> Request:
+    data = load_object(body)
+    m = validate(InferRequest, data)
+    params = tgi.neutral_params(m.parameters)
+    if params.max_tokens is None:
+        params = params.replace(max_tokens=DEFAULT_MAX_NEW_TOKENS)
+    return Request(
+        task=Task.COMPLETION,
+        inbound="mindie",
+        prompt=None if m.input_id is not None else m.inputs,
+        prompt_ids=list(m.input_id) if m.input_id is not None else None,
+        stream=bool(m.stream),
+        params=params,
+        raw=data,
+        wants_token_ids=True,
+    )
+
+
+# ---- OpenAI routes -------------------------------------------------------------------------
+
+
+def _plain_to_url(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """MindIE media parts carry a plain string; the neutral (OpenAI) form wants {"url": ...}."""
+    return [
+        {**p, p["type"]: {"url": p[p["type"]]}} if p.get("type") in _MEDIA and isinstance(p.get(p["type"]), str) else p
+        for p in parts
+    ]
+
+
+def _mindie_way(req: Request) -> Request:
+    """What MindIE reads differently from OpenAI in the same fields."""
+    raw = req.raw or {}
+    if raw.get("use_beam_search"):
+        raise Unsupported("use_beam_search is not supported by the gateway", param="use_beam_search")
+    p = req.params
+    if p.top_k == 0:
+        p = p.replace(top_k=None)  # MindIE's own examples send 0 for "not set"
+    if raw.get("top_logprobs") is not None and req.task is Task.CHAT:
+        p = p.replace(logprobs=True)  # MindIE: top_logprobs alone implies logprobs
+    if raw.get("best_of") not in (None, 1):
+        p = p.replace(best_of=raw["best_of"])
+    messages = req.messages
+    if messages is not None:
+        messages = [
+            Message(m.role, _plain_to_url(m.content), m.name, m.tool_calls, m.tool_call_id, m.reasoning_content)
+            if isinstance(m.content, list)
+            else m
+            for m in messages
+        ]
+    return req.but(params=p, messages=messages)
+
+
+def parse_chat(body: bytes, path: PathValues | None = None) -> Request:
+    return _mindie_way(openai.parse_chat(body, path, schema=MindIEChatRequest, inbound="mindie"))
+
+
+def parse_completion(body: bytes, path: PathValues | None = None) -> Request:
+    # MindIE's default is its maxIterTimes, not OpenAI's 16: no max_tokens unless the client said.
+    req = openai.parse_completion(
+        body, path, schema=MindIECompletionRequest, inbound="mindie", default_max_tokens=None
+    )
+    return _mindie_way(req)
+
+
+# ---- /generate (vLLM or TGI body) and the TGI-style routes ---------------------------------
+
+
+def parse_vllm_generate(data: dict[str, Any]) -> Request:
+    m = validate(VllmGenerateRequest, data)
+    values = VLLM_GENERATE_IN.read(m.__dict__)
+    if values.get("top_k") in (0, -1):
+        del values["top_k"]
+    return Request(
+        task=Task.COMPLETION,
+        inbound="mindie",
+        prompt=m.prompt,
+        stream=bool(m.stream),
+        params=neutral.make(values),
+        raw=data,
+    )
 
 
 def _tgi(data: dict[str, Any], stream: bool) -> Request:
-    req = wire.parse_generate(data, TGIRequest, "mindie", stream)
-    req.params.setdefault("max_tokens", native.MINDIE_DEFAULT_MAX_NEW_TOKENS)
-    return req
+    return tgi.parse_generate(data, TGIRequest, "mindie", stream, default_max_tokens=DEFAULT_MAX_NEW_TOKENS)
 
 
 def _is_vllm(req: Request) -> bool:
     return (req.raw or {}).get("prompt") is not None
 
 
-def parse_generate(body: bytes, request: web.Request | None = None) -> Request:
+def parse_generate(body: bytes, path: PathValues | None = None) -> Request:
     data = load_object(body)
     if data.get("prompt") is not None:
-        return chat.parse_vllm_generate(data)
+        return parse_vllm_generate(data)
     if data.get("inputs") is not None:
         return _tgi(data, False)  # MindIE's TGI /generate never streams
     raise InvalidRequest("the body needs `inputs` (TGI form) or `prompt` (vLLM form)", param="inputs")
 
 
-def render_generate(result: Result | EmbeddingResult, req: Request, ctx: RenderContext) -> bytes:
+_TGI_OBJECT = tgi_render.render_result(render.TGI_STYLE, array=False)
+
+
+def render_generate(result: Answer, req: Request, ctx: Any) -> bytes:
     if _is_vllm(req):
-        return chat.render_vllm(result, req, ctx)
+        return render.render_vllm(result, req, ctx)
     return _TGI_OBJECT(result, req, ctx)
 
 
-def generate_stream_renderer(req: Request, ctx: RenderContext) -> StreamRenderer:
+def generate_stream_renderer(req: Request, ctx: Any) -> StreamRenderer:
     if _is_vllm(req):
-        return chat.VllmStreamRenderer(req, ctx)
-    return wire.TGIStreamRenderer(TGI_STYLE, req, ctx)
+        return render.VllmStreamRenderer(req, ctx)
+    return tgi_render.TGIStreamRenderer(render.TGI_STYLE, req, ctx)
 
 
-def _parse_stream(body: bytes, request: web.Request | None = None) -> Request:
+def _parse_stream(body: bytes, path: PathValues | None = None) -> Request:
     return _tgi(load_object(body), True)
 
 
-def _parse_compat(body: bytes, request: web.Request | None = None) -> Request:
+def _parse_compat(body: bytes, path: PathValues | None = None) -> Request:
     data = load_object(body)
     return _tgi(data, data.get("stream") is True)
 
 
-_TGI_OBJECT = wire.render_result(TGI_STYLE, array=False)
-INFER = Endpoint(native.parse_infer, native.render_infer, native.NativeStreamRenderer)
+_OPENAI_ANSWER = openai_render.result_renderer(render.OPENAI_ROUTES)
+_OPENAI_STREAM = openai_render.stream_renderer(render.OPENAI_ROUTES)
+INFER = Endpoint(parse_infer, render.render_infer, render.NativeStreamRenderer)
 GENERATE = Endpoint(parse_generate, render_generate, generate_stream_renderer)
-GENERATE_STREAM = Endpoint(_parse_stream, _TGI_OBJECT, wire.stream_renderer(TGI_STYLE))
-COMPAT = Endpoint(_parse_compat, wire.render_result(TGI_STYLE, array=True), wire.stream_renderer(TGI_STYLE))
-CHAT = Endpoint(chat.parse_chat, chat.render_chat, chat.ChatStreamRenderer)
-COMPLETION = Endpoint(chat.parse_completion, chat.render_completion, chat.CompletionStreamRenderer)
+GENERATE_STREAM = Endpoint(_parse_stream, _TGI_OBJECT, tgi_render.stream_renderer(render.TGI_STYLE))
+COMPAT = Endpoint(
+    _parse_compat,
+    tgi_render.render_result(render.TGI_STYLE, array=True),
+    tgi_render.stream_renderer(render.TGI_STYLE),
+)
+CHAT = Endpoint(parse_chat, _OPENAI_ANSWER, _OPENAI_STREAM)
+COMPLETION = Endpoint(parse_completion, _OPENAI_ANSWER, _OPENAI_STREAM)
 
 
-def error_body(err: GatewayError) -> tuple[int, bytes]:
+# ---- the dialect's own paths ----------------------------------------------------------------
+
+
+def error_reply(err: GatewayError) -> Reply:
     status, kind = _STATUS[err.kind]
     if err.kind is Kind.UPSTREAM and err.status == 500:
         status, kind = 500, "Incomplete Generation"  # the backend's own 500 keeps its meaning
-    return status, jsonutil.dumps({"error": err.message, "error_type": kind})
+    return Reply(status, jsonutil.dumps({"error": err.message, "error_type": kind}))
+
+
+async def list_models(path: PathValues, group: GroupView) -> Reply:
+    data = [openai.model_object(m, "MindIE Server") for m in group.model_ids()]
+    return Reply(body=jsonutil.dumps({"object": "list", "data": data}))
+
+
+async def health(path: PathValues, group: GroupView) -> Reply:
+    return Reply(body=None)
+
+
+async def health_timed(path: PathValues, group: GroupView) -> Reply:
+    tail = path.get("timed")
+    if tail is not None:
+        n = tail.removeprefix("timed-")
+        if not tail.startswith("timed-") or not n.isdigit() or not 1 <= int(n) <= 600:
+            raise NotFound(f"/health/{tail}: the wait must be an integer in [1, 600]")
+    return Reply(body=jsonutil.dumps({"status": "healthy"}))
 
 
 class MindIEInbound:
     name = "mindie"
+    mounts: Sequence[Mount] = (
+        Mount("POST", "/infer", INFER),
+        Mount("POST", "/infer_token", INFER),
+        Mount("POST", "/generate", GENERATE),
+        Mount("POST", "/generate_stream", GENERATE_STREAM),
+        Mount("POST", "/", COMPAT),
+        Mount("POST", "/v1/chat/completions", CHAT),
+        Mount("POST", "/v1/completions", COMPLETION),
+        Mount("GET", "/v1/models", info=list_models),
+        Mount("GET", "/health", info=health, auth=False),
+        Mount("GET", "/health/timed", info=health_timed, auth=False),
+        Mount("GET", "/health/{timed}", info=health_timed, auth=False),
+    )
 
-    def paths(self) -> list[tuple[str, str]]:
-        return [
-            ("POST", "/infer"),
-            ("POST", "/infer_token"),
-            ("POST", "/generate"),
-            ("POST", "/generate_stream"),
-            ("POST", "/"),
-            ("POST", "/v1/chat/completions"),
-            ("POST", "/v1/completions"),
-            ("GET", "/v1/models"),
-            ("GET", "/health"),
-            ("GET", "/health/timed"),
-            ("GET", "/health/{timed}"),
-        ]
-
-    def error_response(self, err: GatewayError) -> web.Response:
-        status, body = error_body(err)
-        return web.Response(status=status, body=body, content_type="application/json")
-
-    def mount(self, router: web.UrlDispatcher, prefix: str, group: RouteGroup) -> None:
-        started = int(time.time())
-
-        async def list_models(request: web.Request) -> web.Response:
-            try:
-                check_auth(request)
-            except GatewayError as e:
-                return self.error_response(e)
-            data = [
-                {"id": m, "object": "model", "created": started, "owned_by": "MindIE Server"} for m in group.model_ids()
-            ]
-            return web.json_response({"object": "list", "data": data}, dumps=jsonutil.dumps_str)
-
-        async def health(request: web.Request) -> web.Response:
-            return web.Response(status=200)
-
-        async def health_timed(request: web.Request) -> web.Response:
-            tail = request.match_info.get("timed")
-            if tail is not None:
-                n = tail.removeprefix("timed-")
-                if not tail.startswith("timed-") or not n.isdigit() or not 1 <= int(n) <= 600:
-                    return self.error_response(NotFound(f"{request.path}: the wait must be an integer in [1, 600]"))
-            return web.json_response({"status": "healthy"}, dumps=jsonutil.dumps_str)
-
-        for path in ("/infer", "/infer_token"):
-            router.add_post(prefix + path, handler(INFER, group, self))
-        router.add_post(prefix + "/generate", handler(GENERATE, group, self))
-        router.add_post(prefix + "/generate_stream", handler(GENERATE_STREAM, group, self))
-        router.add_post(prefix + "/", handler(COMPAT, group, self))
-        if prefix:
-            router.add_post(prefix, handler(COMPAT, group, self))
-        router.add_post(prefix + "/v1/chat/completions", handler(CHAT, group, self))
-        router.add_post(prefix + "/v1/completions", handler(COMPLETION, group, self))
-        router.add_get(prefix + "/v1/models", list_models)
-        router.add_get(prefix + "/health", health)
-        router.add_get(prefix + "/health/timed", health_timed)
-        router.add_get(prefix + "/health/{timed}", health_timed)
+    def error_reply(self, err: GatewayError) -> Reply:
+        return error_reply(err)

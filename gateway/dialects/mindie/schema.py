@@ -1,4 +1,4 @@
-"""MindIE request wire models, with the ranges seeds 000/004 and DIALECTS §1.4 give.
+"""MindIE request wire models, with the ranges MindIE's manual gives (docs/dialects/mindie.md).
 
 Native `/infer` and `/infer_token` (column N), the TGI-style routes (column T, extending the TGI
 models), the vLLM-style `/generate` body, and the OpenAI-flavoured chat and completions bodies
@@ -14,7 +14,7 @@ from gateway.dialects.tgi.schema import GenerateRequest, Parameters
 
 I32 = 2**31 - 1
 U64 = 2**64 - 1
-# A stop string is 1..1024 characters; up to 1024 of them (seed 004).
+# A stop string is 1..1024 characters; up to 1024 of them (docs/dialects/mindie.md#openai-flavoured-request-fields).
 StopStr = Annotated[str, Field(min_length=1, max_length=1024)]
 Stop = StopStr | Annotated[list[StopStr], Field(max_length=1024)] | None
 
@@ -24,7 +24,8 @@ class _Open(BaseModel):
 
 
 class NativeParameters(_Open):
-    """`parameters` of /infer and /infer_token, in seed 000's order and ranges."""
+    """`parameters` of /infer and /infer_token, in the manual's order and ranges
+    (docs/dialects/mindie.md#native-parameters)."""
 
     temperature: float | None = Field(None, gt=0)
     top_k: int | None = Field(None, gt=0, le=I32)
@@ -99,7 +100,7 @@ class VllmGenerateRequest(_Open):
 
 
 class _MindIEOpenAI(BaseModel):
-    """Fields MindIE's OpenAI routes add or widen (seed 004)."""
+    """Fields MindIE's OpenAI routes add or widen (docs/dialects/mindie.md#openai-flavoured-request-fields)."""
 
     stop: Stop = None
     temperature: float | None = Field(None, ge=0, le=2)
@@ -121,7 +122,7 @@ class MindIEChatRequest(_MindIEOpenAI, ChatCompletionRequest):
 
     @model_validator(mode="after")
     def _checks(self) -> "MindIEChatRequest":
-        # MindIE: top_logprobs alone implies logprobs (seed 004), unlike OpenAI.
+        # MindIE: top_logprobs alone implies logprobs, unlike OpenAI.
         if self.tool_choice not in (None, "none", "auto") and not self.tools:
             raise ValueError("tool_choice requires tools")
         return self

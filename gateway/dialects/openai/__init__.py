@@ -1,6 +1,6 @@
 """The OpenAI dialect: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models."""
 
-from gateway.dialects.base import Dialect
+from gateway.codec.contract import Dialect
 from gateway.dialects.openai.inbound import OpenAIInbound
 from gateway.dialects.openai.outbound import OpenAIOutbound
 

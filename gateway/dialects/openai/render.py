@@ -1,4 +1,6 @@
-"""OpenAI answers as clients expect them: whole responses and SSE chunk streams.
+"""OpenAI-shaped answers, for the OpenAI dialect and the two that copy its shapes (MindIE's OpenAI
+routes, Databricks): whole responses and SSE chunk streams, one renderer each, with a `Flavour`
+holding the ways the copies differ. See docs/dialects/openai.md.
 
 Stream renderers build each chunk from byte templates fixed when the stream starts, so a token
 costs one JSON string encode and a few concatenations.
@@ -6,25 +8,16 @@ costs one JSON string encode and a few concatenations.
 
 import base64
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsonutil
-from gateway.core import finish as vocab
-from gateway.core.errors import GatewayError
-from gateway.core.types import (
-    EmbeddingResult,
-    Event,
-    FinishEvent,
-    Frame,
-    ReasoningDelta,
-    Request,
-    Result,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    UsageEvent,
-)
-from gateway.dialects.base import RenderContext
+from gateway.codec.contract import RenderContext, StreamRenderer
+from gateway.neutral import finish as vocab
+from gateway.neutral.errors import GatewayError
+from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.types import Answer, EmbeddingResult, Finish, Request, Result, Task, Usage
 from gateway.sse import DONE_FRAME
 
 _dumps = jsonutil.dumps
@@ -46,32 +39,88 @@ def usage_object(u: Usage | None) -> dict[str, Any] | None:
     return out
 
 
-def _finish(reason: Any) -> str:
-    return vocab.OPENAI[reason] if reason is not None else "stop"
+def error_object(err: GatewayError) -> dict[str, Any]:
+    return {"message": err.message, "type": ERROR_TYPES[err.kind.value], "param": err.param, "code": err.code}
 
 
-def render_chat(result: Result | EmbeddingResult, req: Request, ctx: RenderContext) -> bytes:
-    assert isinstance(result, Result)
+def error_frame(err: GatewayError) -> bytes:
+    return b"data: " + _dumps({"error": error_object(err)}) + b"\n\n"
+
+
+# Kind -> OpenAI's error `type`.
+ERROR_TYPES = {
+    "validation": "invalid_request_error",
+    "auth": "invalid_request_error",
+    "permission": "invalid_request_error",
+    "not_found": "invalid_request_error",
+    "too_large": "invalid_request_error",
+    "client_timeout": "invalid_request_error",
+    "unsupported": "invalid_request_error",
+    "rate_limit": "rate_limit_exceeded",
+    "overloaded": "server_error",
+    "upstream": "server_error",
+    "timeout": "server_error",
+    "unavailable": "server_error",
+    "internal": "server_error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Flavour:
+    """How a dialect's copy of OpenAI's shapes differs from OpenAI's own."""
+
+    chat_id: Callable[[RenderContext], str]
+    completion_id: Callable[[RenderContext], str]
+    chat_object: str = "chat.completion"
+    completion_model: bool = True  # whole completions name the model
+    null_content_with_tools: bool = True  # content is null in an answer that is only tool calls
+    always_tool_calls: bool = False  # message.tool_calls even when empty
+    reasoning: bool = True  # reasoning_content is carried
+    logprobs_when_set: bool = False  # a choice's logprobs only when there are some (after finish_reason)
+    completion_stop_reason: bool = False  # completion choices carry `stop_reason` (and null logprobs)
+    usage: Callable[[Usage | None], dict[str, Any] | None] = usage_object
+    # Streams: finish reasons (and usage) held to the closing chunks, every delta repeating the
+    # role, no null logprobs, and nothing more after an error.
+    held_finish: bool = False
+    error_frame: Callable[[GatewayError], bytes] = error_frame
+    # Same-wire pass-through streams forward the usage-only chunk whether or not the client asked.
+    passthrough_usage: bool = False
+
+
+OPENAI = Flavour(chat_id=lambda ctx: "chatcmpl-" + ctx.request_id, completion_id=lambda ctx: "cmpl-" + ctx.request_id)
+
+
+def _finish(reason: Finish | None) -> str:
+    return vocab.OPENAI[reason or Finish.EOS]
+
+
+def _with_usage(out: dict[str, Any], fl: Flavour, usage: Usage | None) -> bytes:
+    u = fl.usage(usage)
+    if u is not None:
+        out["usage"] = u
+    return _dumps(out)
+
+
+def render_chat(fl: Flavour, result: Result, ctx: RenderContext) -> bytes:
     choices = []
     for c in result.choices:
-        msg: dict[str, Any] = {"role": "assistant", "content": c.text if (c.text or not c.tool_calls) else None}
-        if c.reasoning is not None:
+        content = c.text if (c.text or not c.tool_calls or not fl.null_content_with_tools) else None
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if fl.reasoning and c.reasoning is not None:
             msg["reasoning_content"] = c.reasoning
-        if c.tool_calls:
-            msg["tool_calls"] = c.tool_calls
+        if c.tool_calls or fl.always_tool_calls:
+            msg["tool_calls"] = c.tool_calls or []
         lp = {"content": c.logprobs} if c.logprobs is not None else None
-        choices.append({"index": c.index, "message": msg, "logprobs": lp, "finish_reason": _finish(c.finish)})
-    out: dict[str, Any] = {
-        "id": "chatcmpl-" + ctx.request_id,
-        "object": "chat.completion",
-        "created": ctx.created,
-        "model": ctx.model,
-        "choices": choices,
-    }
-    usage = usage_object(result.usage)
-    if usage is not None:
-        out["usage"] = usage
-    return _dumps(out)
+        if fl.logprobs_when_set:
+            choice: dict[str, Any] = {"index": c.index, "message": msg, "finish_reason": _finish(c.finish)}
+            if lp is not None:
+                choice["logprobs"] = lp
+        else:
+            choice = {"index": c.index, "message": msg, "logprobs": lp, "finish_reason": _finish(c.finish)}
+        choices.append(choice)
+    out = {"id": fl.chat_id(ctx), "object": fl.chat_object, "created": ctx.created, "model": ctx.model}
+    out["choices"] = choices
+    return _with_usage(out, fl, result.usage)
 
 
 def completion_logprobs(entries: list[dict[str, Any]] | None, offset: int = 0) -> dict[str, Any] | None:
@@ -89,28 +138,23 @@ def completion_logprobs(entries: list[dict[str, Any]] | None, offset: int = 0) -
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
-def render_completion(result: Result | EmbeddingResult, req: Request, ctx: RenderContext) -> bytes:
-    assert isinstance(result, Result)
-    choices = [
-        {
-            "index": c.index,
-            "text": c.text,
-            "logprobs": completion_logprobs(c.logprobs),
-            "finish_reason": _finish(c.finish),
-        }
-        for c in result.choices
-    ]
-    out: dict[str, Any] = {
-        "id": "cmpl-" + ctx.request_id,
-        "object": "text_completion",
-        "created": ctx.created,
-        "model": ctx.model,
-        "choices": choices,
-    }
-    usage = usage_object(result.usage)
-    if usage is not None:
-        out["usage"] = usage
-    return _dumps(out)
+def render_completion(fl: Flavour, result: Result, ctx: RenderContext) -> bytes:
+    choices = []
+    for c in result.choices:
+        choice: dict[str, Any] = {"index": c.index, "text": c.text}
+        if fl.completion_stop_reason:
+            choice.update(logprobs=None, stop_reason=None)
+        elif not fl.logprobs_when_set:
+            choice["logprobs"] = completion_logprobs(c.logprobs)
+        choice["finish_reason"] = _finish(c.finish)
+        if fl.logprobs_when_set and c.logprobs is not None:
+            choice["logprobs"] = completion_logprobs(c.logprobs)
+        choices.append(choice)
+    out: dict[str, Any] = {"id": fl.completion_id(ctx), "object": "text_completion", "created": ctx.created}
+    if fl.completion_model:
+        out["model"] = ctx.model
+    out["choices"] = choices
+    return _with_usage(out, fl, result.usage)
 
 
 def _b64(vec: list[float]) -> str:
@@ -122,21 +166,46 @@ def _floats(b64: str) -> list[float]:
     return list(struct.unpack(f"<{len(raw) // 4}f", raw))
 
 
-def render_embedding(result: Result | EmbeddingResult, req: Request, ctx: RenderContext) -> bytes:
-    assert isinstance(result, EmbeddingResult)
-    want_b64 = req.params.get("encoding_format") == "base64"
+def embedding_data(result: EmbeddingResult, base64_vectors: bool) -> list[dict[str, Any]]:
     data = []
     for i, vec in enumerate(result.data):
-        if want_b64 and not isinstance(vec, str):
+        if base64_vectors and not isinstance(vec, str):
             vec = _b64(vec)
-        elif not want_b64 and isinstance(vec, str):
+        elif not base64_vectors and isinstance(vec, str):
             vec = _floats(vec)
         data.append({"object": "embedding", "index": i, "embedding": vec})
+    return data
+
+
+def embedding_usage(u: Usage | None) -> dict[str, Any] | None:
+    if u is None or u.prompt_tokens is None:
+        return None
+    return {"prompt_tokens": u.prompt_tokens, "total_tokens": u.prompt_tokens}
+
+
+def render_embedding(result: EmbeddingResult, req: Request, ctx: RenderContext) -> bytes:
+    data = embedding_data(result, req.params.encoding_format == "base64")
     out: dict[str, Any] = {"object": "list", "data": data, "model": ctx.model}
-    u = result.usage
-    if u is not None and u.prompt_tokens is not None:
-        out["usage"] = {"prompt_tokens": u.prompt_tokens, "total_tokens": u.prompt_tokens}
+    usage = embedding_usage(result.usage)
+    if usage is not None:
+        out["usage"] = usage
     return _dumps(out)
+
+
+def result_renderer(fl: Flavour) -> Callable[[Answer, Request, RenderContext], bytes]:
+    """The whole-answer renderer of one flavour, for every task."""
+
+    def render(result: Answer, req: Request, ctx: RenderContext) -> bytes:
+        if isinstance(result, EmbeddingResult):
+            return render_embedding(result, req, ctx)
+        if req.task is Task.CHAT:
+            return render_chat(fl, result, ctx)
+        return render_completion(fl, result, ctx)
+
+    return render
+
+
+# ---- streams ---------------------------------------------------------------------------------
 
 
 def tool_call_delta(ev: ToolCallDelta) -> dict[str, Any]:
@@ -151,144 +220,124 @@ def tool_call_delta(ev: ToolCallDelta) -> dict[str, Any]:
     return call
 
 
-def chat_delta_choice(ev: Event, role: bytes = b"", null_logprobs: bool = True) -> bytes | None:
-    """The `choices[]` item of a chat chunk for a content, reasoning or tool-call event, or None
-    for other events. `role` opens every delta (MindIE repeats `"role":"assistant",`); MindIE
-    also leaves out a null `logprobs`."""
-    t = type(ev)
-    if t is TextDelta:
-        assert isinstance(ev, TextDelta)
-        if ev.logprobs is not None:
-            lp = b',"logprobs":' + _dumps({"content": ev.logprobs})
-        else:
-            lp = b',"logprobs":null' if null_logprobs else b""
-        delta = b'{%b"content":%b}' % (role, _dumps(ev.text))
-    elif t is ReasoningDelta:
-        assert isinstance(ev, ReasoningDelta)
-        delta = b'{%b"reasoning_content":%b}' % (role, _dumps(ev.text))
-        lp = b',"logprobs":null' if null_logprobs else b""
-    elif t is ToolCallDelta:
-        assert isinstance(ev, ToolCallDelta)
-        delta = b'{%b"tool_calls":[%b]}' % (role, _dumps(tool_call_delta(ev)))
-        lp = b',"logprobs":null' if null_logprobs else b""
-    else:
-        return None
-    return b'{"index":%d,"delta":%b%b,"finish_reason":null}' % (ev.index, delta, lp)
-
-
-def error_frame(err: GatewayError) -> bytes:
-    from gateway.dialects.openai.inbound import error_object
-
-    return b"data: " + _dumps({"error": error_object(err)}) + b"\n\n"
-
-
-class _ChunkStream:
-    """Shared frame plumbing of the chat and completions stream renderers."""
+class ChunkStream:
+    """Chat or completion chunks: `data: {id, object, created, model, choices: [...]}` per event,
+    the usage chunk when the client asked, then `[DONE]`. With a held-finish flavour (MindIE)
+    finish reasons and usage go out together in the closing chunks instead."""
 
     content_type = "text/event-stream"
 
-    def __init__(self, req: Request, ctx: RenderContext, id_prefix: str, obj: str) -> None:
-        head = {"id": id_prefix + ctx.request_id, "object": obj, "created": ctx.created, "model": ctx.model}
-        self._head = b"data: " + _dumps(head)[:-1] + b',"choices":['
-        self._tail = b'],"usage":null}\n\n' if req.include_usage else b"]}\n\n"
+    def __init__(self, fl: Flavour, req: Request, ctx: RenderContext) -> None:
+        self._fl = fl
+        self._chat = req.task is Task.CHAT
+        chunk_id = fl.chat_id(ctx) if self._chat else fl.completion_id(ctx)
+        head: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk" if self._chat else "text_completion"}
+        head.update(created=ctx.created, model=ctx.model)
+        self._head = b"data: " + _dumps(head)[:-1]
         self._include_usage = req.include_usage
+        self._tail = b',"usage":null}\n\n' if req.include_usage and not fl.held_finish else b"}\n\n"
+        self._role = b'"role":"assistant",' if fl.held_finish else b""
+        self._null_lp = b"" if fl.held_finish else b',"logprobs":null'
+        self._extra = b',"logprobs":null,"stop_reason":null' if fl.completion_stop_reason else b""
+        self._n = req.params.choices
         self._usage: Usage | None = None
-        self._n = int(req.params.get("n", 1))
+        self._finishes: dict[int, Finish] = {}
+        self._failed = False
 
-    def _frame(self, choice: bytes) -> bytes:
-        return self._head + choice + self._tail
-
-    def error(self, err: GatewayError) -> bytes:
-        return error_frame(err)
-
-    def end(self) -> bytes:
-        out = b""
-        usage = usage_object(self._usage) if self._include_usage else None
-        if usage is not None:
-            out = self._head + b'],"usage":' + _dumps(usage) + b"}\n\n"
-        return out + DONE_FRAME
-
-
-_ROLE_CHOICE = b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
-
-
-class ChatStreamRenderer(_ChunkStream):
-    def __init__(self, req: Request, ctx: RenderContext, id_prefix: str = "chatcmpl-") -> None:
-        super().__init__(req, ctx, id_prefix, "chat.completion.chunk")
+    def _frame(self, choice: bytes, usage: bytes = b"") -> bytes:
+        if self._fl.held_finish:
+            return self._head + usage + b',"choices":[' + choice + b"]}\n\n"
+        return self._head + b',"choices":[' + choice + b"]" + self._tail
 
     def start(self) -> bytes:
+        if not self._chat:
+            return b""
         return b"".join(
-            self._frame(
-                b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}' % i
-            )
+            self._frame(b'{"index":%d,"delta":{"role":"assistant","content":""}%b,"finish_reason":null}' % (i, lp))
             for i in range(self._n)
+            for lp in (self._null_lp,)
         )
 
+    def _delta(self, ev: Event) -> bytes | None:
+        """The `choices[]` item for a content, reasoning or tool-call event, or None."""
+        t = type(ev)
+        if t is TextDelta:
+            assert isinstance(ev, TextDelta)
+            if not self._chat:
+                lp = b"null" if ev.logprobs is None else _dumps(completion_logprobs(ev.logprobs))
+                extra = self._extra if self._extra else b',"logprobs":' + lp
+                return b'{"index":%d,"text":%b%b,"finish_reason":null}' % (ev.index, _dumps(ev.text), extra)
+            lp = b',"logprobs":' + _dumps({"content": ev.logprobs}) if ev.logprobs is not None else self._null_lp
+            delta = b'{%b"content":%b}' % (self._role, _dumps(ev.text))
+        elif t is ReasoningDelta and self._chat:
+            assert isinstance(ev, ReasoningDelta)
+            delta, lp = b'{%b"reasoning_content":%b}' % (self._role, _dumps(ev.text)), self._null_lp
+        elif t is ToolCallDelta and self._chat:
+            assert isinstance(ev, ToolCallDelta)
+            delta, lp = b'{%b"tool_calls":[%b]}' % (self._role, _dumps(tool_call_delta(ev))), self._null_lp
+        else:
+            return None
+        return b'{"index":%d,"delta":%b%b,"finish_reason":null}' % (ev.index, delta, lp)
+
+    def _finish_choice(self, index: int, reason: Finish) -> bytes:
+        word = _finish(reason).encode()
+        if not self._chat:
+            extra = self._extra or b',"logprobs":null'
+            return b'{"index":%d,"text":""%b,"finish_reason":"%b"}' % (index, extra, word)
+        if self._fl.held_finish:
+            return b'{"index":%d,"delta":{"role":"assistant","content":""},"finish_reason":"%b"}' % (index, word)
+        return b'{"index":%d,"delta":{},"logprobs":null,"finish_reason":"%b"}' % (index, word)
+
     def render(self, events: list[Event]) -> bytes:
         parts = []
         for ev in events:
-            t = type(ev)
-            choice = chat_delta_choice(ev)
+            choice = self._delta(ev)
             if choice is not None:
                 parts.append(self._frame(choice))
-            elif t is FinishEvent:
+            elif type(ev) is FinishEvent:
                 assert isinstance(ev, FinishEvent)
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"delta":{},"logprobs":null,"finish_reason":"%b"}'
-                        % (ev.index, vocab.OPENAI[ev.reason].encode())
-                    )
-                )
-            elif t is UsageEvent:
+                if self._fl.held_finish:
+                    self._finishes[ev.index] = ev.reason
+                else:
+                    parts.append(self._frame(self._finish_choice(ev.index, ev.reason)))
+            elif type(ev) is UsageEvent:
                 assert isinstance(ev, UsageEvent)
                 self._usage = ev.usage
         return b"".join(parts)
 
+    def error(self, err: GatewayError) -> bytes:
+        self._failed = True
+        return self._fl.error_frame(err)
 
-class CompletionStreamRenderer(_ChunkStream):
-    def __init__(self, req: Request, ctx: RenderContext, id_prefix: str = "cmpl-") -> None:
-        super().__init__(req, ctx, id_prefix, "text_completion")
-
-    def start(self) -> bytes:
-        return b""
-
-    def render(self, events: list[Event]) -> bytes:
-        parts = []
-        for ev in events:
-            t = type(ev)
-            if t is TextDelta:
-                assert isinstance(ev, TextDelta)
-                lp = b"null" if ev.logprobs is None else _dumps(completion_logprobs(ev.logprobs))
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"text":%b,"logprobs":%b,"finish_reason":null}' % (ev.index, _dumps(ev.text), lp)
-                    )
-                )
-            elif t is FinishEvent:
-                assert isinstance(ev, FinishEvent)
-                parts.append(
-                    self._frame(
-                        b'{"index":%d,"text":"","logprobs":null,"finish_reason":"%b"}'
-                        % (ev.index, vocab.OPENAI[ev.reason].encode())
-                    )
-                )
-            elif t is UsageEvent:
-                assert isinstance(ev, UsageEvent)
-                self._usage = ev.usage
-        return b"".join(parts)
+    def end(self) -> bytes:
+        if self._fl.held_finish:
+            if self._failed:
+                return b""
+            usage = self._fl.usage(self._usage)
+            items = sorted(self._finishes.items()) or [(0, Finish.EOS)]
+            out = b""
+            for k, (index, reason) in enumerate(items):
+                u = b',"usage":' + _dumps(usage) if usage is not None and k == len(items) - 1 else b""
+                out += self._frame(self._finish_choice(index, reason), u)
+            return out + DONE_FRAME
+        usage = self._fl.usage(self._usage) if self._include_usage else None
+        if usage is None:
+            return DONE_FRAME
+        return self._head + b',"choices":[],"usage":' + _dumps(usage) + b"}\n\n" + DONE_FRAME
 
 
-class PassthroughStreamRenderer:
-    """OpenAI upstream to OpenAI client: upstream chunks are forwarded byte for byte.
+class PassthroughStream:
+    """Upstream chunks of the client's own wire, forwarded byte for byte.
 
     The gateway always asks the upstream for usage (for its metrics); the usage-only chunk that
-    produces is withheld from clients that did not ask for it.
+    produces is withheld from clients that did not ask for it, unless the flavour forwards it.
     """
 
     content_type = "text/event-stream"
 
-    def __init__(self, req: Request, ctx: RenderContext) -> None:
-        self._include_usage = req.include_usage
+    def __init__(self, fl: Flavour, req: Request) -> None:
+        self._fl = fl
+        self._include_usage = req.include_usage or fl.passthrough_usage
 
     def start(self) -> bytes:
         return b""
@@ -303,15 +352,16 @@ class PassthroughStreamRenderer:
         return b"".join(parts)
 
     def error(self, err: GatewayError) -> bytes:
-        return error_frame(err)
+        return self._fl.error_frame(err)
 
     def end(self) -> bytes:
         return DONE_FRAME
 
 
-def chat_stream_renderer(req: Request, ctx: RenderContext) -> Any:
-    return PassthroughStreamRenderer(req, ctx) if ctx.passthrough else ChatStreamRenderer(req, ctx)
+def stream_renderer(fl: Flavour) -> Callable[[Request, RenderContext], StreamRenderer]:
+    """The stream renderer of one flavour: chunks, or the upstream's own on a pass-through."""
 
+    def make(req: Request, ctx: RenderContext) -> StreamRenderer:
+        return PassthroughStream(fl, req) if ctx.passthrough else ChunkStream(fl, req, ctx)
 
-def completion_stream_renderer(req: Request, ctx: RenderContext) -> Any:
-    return PassthroughStreamRenderer(req, ctx) if ctx.passthrough else CompletionStreamRenderer(req, ctx)
+    return make

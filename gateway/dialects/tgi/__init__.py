@@ -1,9 +1,9 @@
 """Hugging Face Text Generation Inference: /generate, /generate_stream, / (compat), /info, /health.
 
-The wire code in `wire.py` is shared with MindIE's TGI-style routes (gateway.dialects.mindie).
+Its parsing and rendering are shared with MindIE's TGI-style routes (gateway.dialects.mindie).
 """
 
-from gateway.dialects.base import Dialect
+from gateway.codec.contract import Dialect
 from gateway.dialects.tgi.inbound import TGIInbound
 from gateway.dialects.tgi.outbound import TGIOutbound
 

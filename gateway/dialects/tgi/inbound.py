@@ -1,18 +1,22 @@
-"""TGI as clients speak it: POST /generate, /generate_stream, / (compat); GET /info, /health."""
+"""TGI as clients speak it: POST /generate, /generate_stream, / (compat); GET /info, /health.
 
+The parsing of a TGI body is shared with MindIE's TGI-style routes. See docs/dialects/tgi.md.
+"""
+
+from collections.abc import Sequence
 from typing import Any
 
-from aiohttp import web
+from pydantic import BaseModel
 
 from gateway import __version__, jsonutil
-from gateway.core.errors import GatewayError, Kind
-from gateway.core.exchange import check_auth, handler
-from gateway.core.routing import RouteGroup
-from gateway.core.types import Request
-from gateway.core.validation import load_object
-from gateway.dialects.base import Endpoint
-from gateway.dialects.tgi import wire
+from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.validation import load_object, validate
+from gateway.dialects.tgi import render
+from gateway.dialects.tgi.params import PARAMETERS_IN
 from gateway.dialects.tgi.schema import GenerateRequest
+from gateway.neutral import params as neutral
+from gateway.neutral.errors import GatewayError, Kind, Unsupported
+from gateway.neutral.types import Request, Task
 
 _STATUS = {
     Kind.VALIDATION: (422, "validation"),
@@ -40,7 +44,7 @@ def _error_frame(err: GatewayError) -> bytes:
     return b"data:" + jsonutil.dumps(error_body(err, stream=True)) + b"\n\n"
 
 
-FLAVOUR = wire.Flavour(
+FLAVOUR = render.Flavour(
     name="tgi",
     space=False,
     index=True,
@@ -54,67 +58,88 @@ FLAVOUR = wire.Flavour(
 )
 
 
+def neutral_params(p: BaseModel | None) -> neutral.Params:
+    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out)."""
+    if p is None:
+        return neutral.NONE
+    # The validated fields, read as a dict: only what this dialect's model declares counts.
+    values: dict[str, Any] = p.__dict__
+    if values.get("top_n_tokens"):
+        raise Unsupported("parameters.top_n_tokens is not supported by the gateway", param="parameters.top_n_tokens")
+    if values.get("grammar") is not None:
+        raise Unsupported("parameters.grammar is not supported by the gateway", param="parameters.grammar")
+    return neutral.make(PARAMETERS_IN.read(values))
+
+
+def parse_generate(
+    data: dict[str, Any], model: type[BaseModel], inbound: str, stream: bool, default_max_tokens: int | None = None
+) -> Request:
+    """A TGI-shaped body (`inputs` + `parameters`) to a neutral text completion request."""
+    m = validate(model, data)
+    params = neutral_params(getattr(m, "parameters", None))
+    if params.max_tokens is None and default_max_tokens is not None:
+        params = params.replace(max_tokens=default_max_tokens)
+    prompt: str = getattr(m, "inputs")  # noqa: B009 - the field lives on every TGI-shaped model
+    return Request(
+        task=Task.COMPLETION,
+        inbound=inbound,
+        prompt=prompt,
+        stream=stream,
+        params=params,
+        raw=data,
+        wants_token_ids=True,
+    )
+
+
 def _parse(stream: bool | None) -> Any:
-    def parse(body: bytes, request: web.Request | None = None) -> Request:
+    def parse(body: bytes, path: PathValues) -> Request:
         data = load_object(body)
-        return wire.parse_generate(data, GenerateRequest, "tgi", bool(data.get("stream")) if stream is None else stream)
+        return parse_generate(data, GenerateRequest, "tgi", bool(data.get("stream")) if stream is None else stream)
 
     return parse
 
 
-GENERATE = Endpoint(_parse(False), wire.render_result(FLAVOUR, array=False), None)
-GENERATE_STREAM = Endpoint(_parse(True), wire.render_result(FLAVOUR, array=False), wire.stream_renderer(FLAVOUR))
-COMPAT = Endpoint(_parse(None), wire.render_result(FLAVOUR, array=True), wire.stream_renderer(FLAVOUR))
+GENERATE = Endpoint(_parse(False), render.render_result(FLAVOUR, array=False), None)
+GENERATE_STREAM = Endpoint(
+    _parse(True), render.render_result(FLAVOUR, array=False), render.stream_renderer(FLAVOUR)
+)
+COMPAT = Endpoint(_parse(None), render.render_result(FLAVOUR, array=True), render.stream_renderer(FLAVOUR))
+
+
+async def info(path: PathValues, group: GroupView) -> Reply:
+    ids = group.model_ids()
+    body = {
+        "model_id": ids[0] if ids else None,
+        "model_sha": None,
+        "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": 128,
+        "max_best_of": 1,
+        "max_stop_sequences": 4,
+        "max_input_tokens": None,
+        "max_total_tokens": None,
+        "validation_workers": 1,
+        "max_client_batch_size": 1,
+        "router": "llm-gateway",
+        "version": __version__,
+        "sha": None,
+        "docker_label": None,
+    }
+    return Reply(body=jsonutil.dumps(body))
+
+
+async def health(path: PathValues, group: GroupView) -> Reply:
+    return Reply(body=None)
 
 
 class TGIInbound:
     name = "tgi"
+    mounts: Sequence[Mount] = (
+        Mount("POST", "/generate", GENERATE),
+        Mount("POST", "/generate_stream", GENERATE_STREAM),
+        Mount("POST", "/", COMPAT),
+        Mount("GET", "/info", info=info),
+        Mount("GET", "/health", info=health, auth=False),
+    )
 
-    def paths(self) -> list[tuple[str, str]]:
-        return [
-            ("POST", "/generate"),
-            ("POST", "/generate_stream"),
-            ("POST", "/"),
-            ("GET", "/info"),
-            ("GET", "/health"),
-        ]
-
-    def error_response(self, err: GatewayError) -> web.Response:
-        status = _STATUS[err.kind][0]
-        return web.Response(status=status, body=jsonutil.dumps(error_body(err)), content_type="application/json")
-
-    def mount(self, router: web.UrlDispatcher, prefix: str, group: RouteGroup) -> None:
-        async def info(request: web.Request) -> web.Response:
-            try:
-                check_auth(request)
-            except GatewayError as e:
-                return self.error_response(e)
-            ids = group.model_ids()
-            body = {
-                "model_id": ids[0] if ids else None,
-                "model_sha": None,
-                "model_pipeline_tag": "text-generation",
-                "max_concurrent_requests": 128,
-                "max_best_of": 1,
-                "max_stop_sequences": 4,
-                "max_input_tokens": None,
-                "max_total_tokens": None,
-                "validation_workers": 1,
-                "max_client_batch_size": 1,
-                "router": "llm-gateway",
-                "version": __version__,
-                "sha": None,
-                "docker_label": None,
-            }
-            return web.json_response(body, dumps=jsonutil.dumps_str)
-
-        async def health(request: web.Request) -> web.Response:
-            return web.Response(status=200)
-
-        router.add_post(prefix + "/generate", handler(GENERATE, group, self))
-        router.add_post(prefix + "/generate_stream", handler(GENERATE_STREAM, group, self))
-        router.add_post(prefix + "/", handler(COMPAT, group, self))
-        if prefix:
-            router.add_post(prefix, handler(COMPAT, group, self))
-        router.add_get(prefix + "/info", info)
-        router.add_get(prefix + "/health", health)
+    def error_reply(self, err: GatewayError) -> Reply:
+        return Reply(_STATUS[err.kind][0], jsonutil.dumps(error_body(err)))

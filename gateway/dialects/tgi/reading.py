@@ -4,15 +4,20 @@ whole answers, error bodies and the SSE stream, to the neutral form."""
 from typing import Any
 
 from gateway import jsonutil
-from gateway.core.errors import UpstreamClass, UpstreamError
-from gateway.core.finish import parse_finish
-from gateway.core.types import Choice, Event, Finish, FinishEvent, Result, TextDelta, Usage, UsageEvent
-from gateway.dialects.tgi.wire import ids_list
-from gateway.sse import SSEDecoder
+from gateway.codec.parsing import EventParser, broken_off
+from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.finish import parse_finish
+from gateway.neutral.types import Choice, Finish, Result, Usage
 
 
-def _midstream(text: str) -> UpstreamError:
-    return UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
+def ids_list(value: Any) -> list[int] | None:
+    """`token.id` as MindIE or TGI sends it: a number, a list of numbers, or null."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return value or None
+    return None
 
 
 def error_text(obj: Any) -> str:
@@ -61,7 +66,7 @@ def parse_object(obj: Any, prompt_tokens: int | None = None) -> Result:
     return Result([Choice(0, text, finish=finish or Finish.EOS, token_ids=ids or None)], usage)
 
 
-class GenerateStreamParser:
+class GenerateStreamParser(EventParser):
     """TGI `/generate_stream`, MindIE TGI-style and native streams, to neutral events.
 
     Accepts `data:` with or without a space, keep-alive comments, `token.id` as a number or a
@@ -70,54 +75,31 @@ class GenerateStreamParser:
     failure), which become an UpstreamError; a stream without its final event is truncated.
     """
 
-    __slots__ = ("_decoder", "_error", "_final", "_prompt_tokens", "_sent")
+    __slots__ = ("_final", "_prompt_tokens", "_sent")
 
     def __init__(self, prompt_tokens: int | None = None) -> None:
-        self._error: Exception | None = None
-        self._decoder = SSEDecoder()
+        super().__init__()
         self._final = False
         self._sent: list[str] = []
         self._prompt_tokens = prompt_tokens
 
-    def feed(self, data: bytes) -> list[Event]:
-        if self._error is not None:
-            raise self._error
-        out: list[Event] = []
-        try:
-            for ev in self._decoder.feed(data):
-                self._event(ev.data, out)
-            self._check_stray()
-        except (UpstreamError, ValueError, KeyError, TypeError, AttributeError) as e:
-            # Tokens that arrived in the same read as the fault still reach the client first.
-            if not out:
-                raise
-            self._error = e
-        return out
+    def tail(self) -> list[bytes]:
+        # MindIE may end with its final event and no blank line after it: it still counts.
+        return [ev.data for ev in self._decoder.feed(b"\n\n") + self._decoder.close()]
 
-    def close(self) -> list[Event]:
-        if self._error is not None:
-            raise self._error
-        out: list[Event] = []
-        for ev in self._decoder.feed(b"\n\n") + self._decoder.close():
-            self._event(ev.data, out)
-        self._check_stray()
+    def on_end(self, out: list[Event]) -> None:
         if not self._final:
             raise UpstreamError("backend stream ended before its final event", upstream_class=UpstreamClass.MIDSTREAM)
-        return out
 
-    def _check_stray(self) -> None:
-        if self._decoder.stray:
-            raise _midstream(b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500])
-
-    def _event(self, data: bytes, out: list[Event]) -> None:
+    def on_event(self, data: bytes, out: list[Event]) -> None:
         if self._final:
             return
         try:
             obj = jsonutil.loads(data)
         except jsonutil.JSONDecodeError:
-            raise _midstream(data.decode("utf-8", "replace")[:500]) from None
+            raise broken_off(data.decode("utf-8", "replace")[:500]) from None
         if not isinstance(obj, dict):
-            raise _midstream(data.decode("utf-8", "replace")[:500])
+            raise broken_off(data.decode("utf-8", "replace")[:500])
         if "error" in obj:
             raise UpstreamError(f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM)
         tok = obj.get("token") or {}

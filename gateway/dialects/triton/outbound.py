@@ -1,73 +1,48 @@
 """Talking to a server with Triton's generate extension: TRT-LLM, vLLM backend or MindIE.
 
-`options.flavor` says which one (see flavors.py). Generate is text in, text out: chat requests
-are turned into a prompt with the model's chat template, so they need the backend's
-`tokenizer:` folder. A Triton client on a Triton backend has its body forwarded as it is (it
-already speaks that server's parameter names); only the model in the path changes.
+`options.flavor` says which one. Generate is text in, text out: chat requests are turned into a
+prompt with the model's chat template, so they need the backend's `tokenizer:` folder. A Triton
+client on a Triton backend has its body forwarded as it is (it already speaks that server's
+parameter names); only the model in the path changes. See docs/dialects/triton.md.
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel
 
 from gateway import jsonutil
-from gateway.adapters import Tokenizer, tokenizer_for
+from gateway.adapters import Tokenizer, optional_tokenizer
 from gateway.adapters.prompt import prompt_text
-from gateway.core.errors import GatewayError, InvalidRequest, Unsupported
-from gateway.core.params import Fate
-from gateway.core.routing import Backend
-from gateway.core.types import EmbeddingResult, Request, Result, Task
-from gateway.dialects.base import UpstreamCall
-from gateway.dialects.triton.flavors import BUILDERS
+from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
+from gateway.dialects.triton import params as names
 from gateway.dialects.triton.reading import CallState, TritonStreamParser, error_text, parse_body
 from gateway.dialects.triton.schema import Options
+from gateway.neutral.errors import InvalidRequest, Unsupported
+from gateway.neutral.params import Fate, Params
+from gateway.neutral.types import Answer, Request, Task
 
-_COMMON: dict[str, Fate] = {
-    "stop": Fate.MAP,
-    "seed": Fate.MAP,
-    "top_k": Fate.MAP,
-    "repetition_penalty": Fate.MAP,
-    "do_sample": Fate.MAP,
-    # Consumed by the chat template on the way to the prompt.
-    "chat_template_kwargs": Fate.MAP,
-    # One sequence per generate call: n choices are n calls (core.fanout).
-    "n": Fate.EMULATE,
-}
+# Every family: the chat template takes its kwargs on the way to the prompt; one sequence per
+# generate call, so n choices are n calls (fan-out).
+_ALL = {"do_sample": Fate.MAP, "chat_template_kwargs": Fate.MAP, "n": Fate.EMULATE}
 FATES: dict[str, dict[str, Fate]] = {
-    "trtllm": {
-        **_COMMON,
-        "presence_penalty": Fate.MAP,
-        "frequency_penalty": Fate.MAP,
-        "bad_words": Fate.MAP,
-        "beam_width": Fate.MAP,
-        # TRT-LLM keeps the stop word; the gateway removes it unless this asks to keep it.
-        "include_stop_str_in_output": Fate.MAP,
-    },
-    "vllm": {
-        **_COMMON,
-        "min_p": Fate.MAP,
-        "presence_penalty": Fate.MAP,
-        "frequency_penalty": Fate.MAP,
-        "stop_token_ids": Fate.MAP,
-        "include_stop_str_in_output": Fate.MAP,
-        "skip_special_tokens": Fate.MAP,
-        "ignore_eos": Fate.MAP,
-    },
-    "mindie": {
-        **_COMMON,
-        # MindIE's Triton route has no stop parameter: the gateway cuts the text itself.
-        "stop": Fate.EMULATE,
-        "include_stop_str_in_output": Fate.EMULATE,
-        "typical_p": Fate.MAP,
-        "watermark": Fate.MAP,
-        "priority": Fate.MAP,
-        "timeout": Fate.MAP,
-    },
+    # TRT-LLM keeps the stop word; the gateway removes it unless the client asks to keep it.
+    "trtllm": names.TRTLLM.fates(include_stop_str_in_output=Fate.MAP, **_ALL),
+    "vllm": names.VLLM_SAMPLING.fates(**_ALL),
+    # MindIE's Triton route has no stop parameter: the gateway cuts the text itself.
+    "mindie": names.MINDIE.fates(
+        temperature=Fate.MAP,
+        top_p=Fate.MAP,
+        top_k=Fate.MAP,
+        stop=Fate.EMULATE,
+        include_stop_str_in_output=Fate.EMULATE,
+        **_ALL,
+    ),
 }
-
-
+MINDIE_ID = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
+_SEED_MAX = 2**63 - 1
 # A Triton model is named by its folder in the model repository; MindIE's variant checks the name
 # against [\w\-.]+. A client-chosen name becomes a path segment, so it is held to that rule (and
 # "." or ".." are refused, or the URL would resolve them).
@@ -84,13 +59,94 @@ def client_model_name(name: str | None) -> str:
     return name
 
 
-def _tokenizer(backend: Backend) -> Tokenizer | None:
-    if not backend.conf.tokenizer:
-        return None
-    try:
-        return tokenizer_for(backend)
-    except GatewayError:
-        return None
+def _seed(p: Params) -> Params:
+    if p.seed is not None and not 0 <= p.seed <= _SEED_MAX:
+        raise InvalidRequest(
+            f"seed must be within [0, {_SEED_MAX}] for this backend", param="seed", code="invalid_value"
+        )
+    return p
+
+
+def trtllm_body(p: Params, request_id: str, prompt: str, stream: bool, count_tokens: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if request_id:
+        body["id"] = request_id
+    body["text_input"] = prompt
+    body.update(names.TRTLLM.write(_seed(p)))
+    # Older ensembles require both word lists; "" is how their own examples say "none".
+    body.setdefault("bad_words", "")
+    body.setdefault("stop_words", "")
+    body["exclude_input_in_output"] = True
+    if p.greedy and p.top_k is None:
+        body["top_k"] = 1  # greedy whatever the executor's default sampling is
+    if count_tokens:
+        body["return_log_probs"] = True
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def vllm_body(p: Params, request_id: str, prompt: str, stream: bool, count_tokens: bool) -> dict[str, Any]:
+    sampling = names.VLLM_SAMPLING.write(_seed(p))
+    if p.do_sample is False and p.temperature is None:
+        sampling["temperature"] = 0.0
+    body: dict[str, Any] = {}
+    if request_id:
+        body["id"] = request_id
+    body["text_input"] = prompt
+    if stream:
+        body["stream"] = True
+    body["sampling_parameters"] = jsonutil.dumps_str(sampling)
+    body["exclude_input_in_output"] = True
+    body["return_finish_reason"] = True
+    body["return_num_input_tokens"] = True
+    body["return_num_output_tokens"] = True
+    return body
+
+
+def mindie_body(p: Params, request_id: str, prompt: str, stream: bool, count_tokens: bool) -> dict[str, Any]:
+    """MindIE's own range rules: temperature > 0 (0 is said as greedy), top_p in (0, 1), top_k > 0."""
+    params: dict[str, Any] = {"details": True}
+    params.update(names.MINDIE.write(_seed(p)))
+    sampling = False
+    greedy = p.do_sample is False
+    if p.temperature is not None:
+        if p.temperature == 0:
+            greedy = True
+        else:
+            params["temperature"] = p.temperature
+            sampling = True
+    if p.top_p is not None:
+        if p.top_p <= 0:
+            greedy = True
+        elif p.top_p < 1:
+            params["top_p"] = p.top_p  # 1.0 (no nucleus cut) is outside MindIE's range: leave it out
+            sampling = True
+    if p.top_k is not None and p.top_k > 0:
+        params["top_k"] = p.top_k
+        sampling = True
+    if greedy:
+        params["do_sample"] = False
+    elif p.do_sample is True or sampling:
+        params["do_sample"] = True
+    body: dict[str, Any] = {}
+    if MINDIE_ID.match(request_id):
+        body["id"] = request_id
+    body["text_input"] = prompt
+    body["parameters"] = params
+    return body
+
+
+BUILDERS: dict[str, Callable[[Params, str, str, bool, bool], dict[str, Any]]] = {
+    "trtllm": trtllm_body,
+    "vllm": vllm_body,
+    "mindie": mindie_body,
+}
+
+
+def _options(backend: BackendView) -> Options:
+    opts = backend.options
+    return opts if isinstance(opts, Options) else Options()
 
 
 def _count_prompt(st: CallState, tok: Tokenizer | None, asked: bool) -> None:
@@ -101,54 +157,53 @@ def _count_prompt(st: CallState, tok: Tokenizer | None, asked: bool) -> None:
         st.prompt_tokens = tok.count(st.prompt)
 
 
-def _options(backend: Backend) -> Options:
-    opts = backend.options
-    return opts if isinstance(opts, Options) else Options()
-
-
 class TritonOutbound:
     name = "triton"
-    shared_credentials = False
     options_model: type[BaseModel] = Options
+    shared_credentials = False
+    batch_prompts = False
+    forwards_same_wire = True
 
-    def fates(self, backend: Backend, req: Request) -> Mapping[str, Fate]:
-        return FATES[_options(backend).flavor]
+    def carriage(self, req: Request, backend: BackendView) -> Carriage:
+        return Carriage(FATES[_options(backend).flavor])
 
-    def _path(self, backend: Backend, model: str, stream: bool) -> str:
-        opts = _options(backend)
+    def _path(self, opts: Options, model: str, stream: bool) -> str:
         base = "/v2/models/" + quote(model, safe="")
         if opts.model_version:
             base += "/versions/" + opts.model_version
         return base + ("/generate_stream" if stream else "/generate")
 
-    def build(self, req: Request, backend: Backend) -> UpstreamCall:
+    def build(self, out: Outgoing) -> UpstreamCall:
+        req, backend = out.req, out.backend
         opts = _options(backend)
         if req.task is Task.EMBEDDING:
             raise Unsupported(
                 f"backend {backend.name!r} (triton generate) cannot compute embeddings", code="unsupported_task"
             )
         model = backend.model or client_model_name(req.model)
-        path = self._path(backend, model, req.stream)
-        if req.inbound == "triton" and req.raw is not None:
+        path = self._path(opts, model, req.stream)
+        if out.same_wire and req.raw is not None:
             raw = req.raw
             details = raw.get("details", (raw.get("parameters") or {}).get("details"))
-            st = CallState(opts.flavor, raw.get("text_input") or "", req.params.get("max_tokens"))
+            st = CallState(opts.flavor, raw.get("text_input") or "", req.params.max_tokens)
             st.expect_final = opts.flavor == "mindie" and details is True
-            _count_prompt(st, _tokenizer(backend), asked=bool(raw.get("return_num_input_tokens")))
+            _count_prompt(st, optional_tokenizer(backend), asked=bool(raw.get("return_num_input_tokens")))
             return UpstreamCall(path, jsonutil.dumps(raw), req.stream, state=st)
         prompt = prompt_text(req, backend)
-        max_tokens = int(req.params.get("max_tokens") or opts.default_max_tokens)
-        body = BUILDERS[opts.flavor](req, prompt, max_tokens, opts.count_tokens)
-        stops = req.params.get("stop") or None
+        p = req.params
+        max_tokens = p.max_tokens or opts.default_max_tokens
+        body = BUILDERS[opts.flavor](
+            p.replace(max_tokens=max_tokens), out.request_id, prompt, req.stream, opts.count_tokens
+        )
         st = CallState(opts.flavor, prompt, max_tokens)
-        st.stops_requested = bool(stops)
+        st.stops_requested = bool(p.stop)
         st.expect_final = opts.flavor == "mindie"
-        if opts.flavor == "trtllm" and stops and not req.params.get("include_stop_str_in_output"):
-            st.strip_stops = list(stops)
-        _count_prompt(st, _tokenizer(backend), asked=opts.flavor == "vllm")
+        if opts.flavor == "trtllm" and p.stop and not p.include_stop_str_in_output:
+            st.strip_stops = list(p.stop)
+        _count_prompt(st, optional_tokenizer(backend), asked=opts.flavor == "vllm")
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=st)
 
-    def parse_result(self, call: UpstreamCall, body: bytes) -> Result | EmbeddingResult:
+    def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
         return parse_body(call.state, body)
 
     def stream_parser(self, call: UpstreamCall) -> TritonStreamParser:
@@ -160,7 +215,7 @@ class TritonOutbound:
         except jsonutil.JSONDecodeError:
             return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
 
-    def health_path(self, backend: Backend) -> str:
+    def health_path(self, backend: BackendView) -> str:
         opts = _options(backend)
         if opts.flavor == "mindie" or not backend.model:
             # MindIE answers 503 on readiness while merely busy; liveness is the honest probe.

@@ -12,10 +12,11 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
-from gateway.core.errors import UpstreamClass, UpstreamError
-from gateway.core.finish import parse_finish
-from gateway.core.types import Choice, Event, Finish, FinishEvent, Result, TextDelta, Usage, UsageEvent
-from gateway.sse import SSEDecoder
+from gateway.codec.parsing import EventParser
+from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.finish import parse_finish
+from gateway.neutral.types import Choice, Finish, Result, Usage
 
 
 @dataclass(slots=True)
@@ -157,19 +158,19 @@ def parse_body(st: CallState, body: bytes) -> Result:
     return Result([Choice(0, text, finish=finish)], usage, obj.get("model_name") if isinstance(obj, dict) else None)
 
 
-class TritonStreamParser:
+class TritonStreamParser(EventParser):
     """`data:` events (with or without the space) to neutral events; finish and usage at the end."""
 
-    __slots__ = ("_decoder", "_matcher", "_pending", "_reader", "_stopped")
+    __slots__ = ("_matcher", "_reader", "_stopped")
 
     def __init__(self, st: CallState) -> None:
-        self._decoder = SSEDecoder()
+        super().__init__()
         self._reader = Reader(st)
         self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
         self._stopped = False
-        self._pending: UpstreamError | None = None
 
-    def _emit(self, text: str, out: list[Event]) -> None:
+    def on_event(self, data: bytes, out: list[Event]) -> None:
+        text = self._reader.take(jsonutil.loads(data), midstream=True)
         if self._matcher is not None:
             if self._stopped:
                 return
@@ -177,36 +178,7 @@ class TritonStreamParser:
         if text:
             out.append(TextDelta(text))
 
-    def feed(self, data: bytes) -> list[Event]:
-        self._raise_pending()
-        out: list[Event] = []
-        try:
-            for ev in self._decoder.feed(data):
-                self._emit(self._reader.take(jsonutil.loads(ev.data), midstream=True), out)
-            self._check_stray()
-        except UpstreamError as e:
-            if not out:
-                raise
-            # Text that arrived in the same read as the error still reaches the client first.
-            self._pending = e
-        return out
-
-    def _raise_pending(self) -> None:
-        if self._pending is not None:
-            err, self._pending = self._pending, None
-            raise err
-
-    def _check_stray(self) -> None:
-        if self._decoder.stray:
-            text = b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500]
-            raise UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
-
-    def close(self) -> list[Event]:
-        self._raise_pending()
-        out: list[Event] = []
-        for ev in self._decoder.close():
-            self._emit(self._reader.take(jsonutil.loads(ev.data), midstream=True), out)
-        self._check_stray()
+    def on_end(self, out: list[Event]) -> None:
         if self._matcher is not None and not self._stopped:
             rest = self._matcher.flush()
             if rest:
@@ -216,4 +188,3 @@ class TritonStreamParser:
             out.append(FinishEvent(finish))
         if usage is not None:
             out.append(UsageEvent(usage))
-        return out

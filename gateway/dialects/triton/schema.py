@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from gateway import jsonutil
-from gateway.core.errors import InvalidRequest
+from gateway.neutral.errors import InvalidRequest
 
 RESERVED = ("id", "text_input", "parameters")
 # Inputs that TRT-LLM declares as string tensors of dynamic length: lists are legal there.
@@ -142,15 +142,6 @@ def flag(raw: dict[str, Any] | None, name: str) -> bool:
         return raw[name] is True
     params = raw.get("parameters")
     return isinstance(params, dict) and params.get(name) is True
-
-
-def words(value: str | list[str] | None) -> list[str] | None:
-    """A word list from a string or list; empty strings mean "none" (TRT-LLM examples send "")."""
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else value
-    kept = [w for w in items if w]
-    return kept or None
 
 
 class Options(BaseModel):

@@ -1,9 +1,8 @@
-"""The TGI wire, shared by the `tgi` dialect and MindIE's TGI-style routes.
+"""TGI answers as clients expect them: whole answers and `/generate_stream` events.
 
-A `Flavour` holds the few ways MindIE's copy of the wire differs from Hugging Face's (framing
-space, `index`, prompt separator, extra detail keys); everything else (request mapping, whole
-answers, the stream renderer with its one-token hold-back) lives here once; reading a TGI-wire
-upstream is in `reading`.
+A `Flavour` holds the few ways MindIE's copy of the wire (its TGI-style and native routes)
+differs from Hugging Face's: framing space, `index`, prompt separator, extra detail keys. See
+docs/dialects/tgi.md.
 """
 
 import time
@@ -12,86 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
 from gateway import jsonutil
-from gateway.core.errors import GatewayError, Unsupported
-from gateway.core.finish import TGI as TGI_FINISH
-from gateway.core.types import (
-    Choice,
-    EmbeddingResult,
-    Event,
-    Finish,
-    FinishEvent,
-    Request,
-    Result,
-    Task,
-    TextDelta,
-    Usage,
-    UsageEvent,
-)
-from gateway.core.validation import validate
-from gateway.dialects.base import RenderContext
+from gateway.codec.contract import RenderContext
+from gateway.neutral.errors import GatewayError
+from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.finish import TGI as TGI_FINISH
+from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
 
 _dumps = jsonutil.dumps
-
-# TGI/MindIE parameter -> neutral name (identity unless renamed).
-_PARAM_NAMES = {
-    "max_new_tokens": "max_tokens",
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "typical_p": "typical_p",
-    "do_sample": "do_sample",
-    "seed": "seed",
-    "repetition_penalty": "repetition_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "watermark": "watermark",
-    "truncate": "truncate",
-    "priority": "priority",
-    "timeout": "timeout",
-}
-
-
-def neutral_params(p: BaseModel | None) -> dict[str, Any]:
-    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out)."""
-    out: dict[str, Any] = {}
-    if p is None:
-        return out
-    # The validated fields, read as a dict: getattr on a pydantic model for a field this
-    # dialect's model lacks takes pydantic's slow exception path, once per name per request.
-    values = p.__dict__
-    for wire, name in _PARAM_NAMES.items():
-        v = values.get(wire)
-        if v is not None:
-            out[name] = v
-    stop = values.get("stop")
-    if stop:
-        out["stop"] = [stop] if isinstance(stop, str) else list(stop)
-    best_of = values.get("best_of")
-    if best_of is not None and best_of > 1:
-        out["best_of"] = best_of
-    if values.get("top_n_tokens"):
-        raise Unsupported("parameters.top_n_tokens is not supported by the gateway", param="parameters.top_n_tokens")
-    if values.get("grammar") is not None:
-        raise Unsupported("parameters.grammar is not supported by the gateway", param="parameters.grammar")
-    return out
-
-
-def parse_generate(data: dict[str, Any], model: type[BaseModel], inbound: str, stream: bool) -> Request:
-    """A TGI-shaped body (`inputs` + `parameters`) to a neutral text completion request."""
-    m = validate(model, data)
-    params = neutral_params(getattr(m, "parameters", None))
-    prompt: str = getattr(m, "inputs")  # noqa: B009 - the field lives on every TGI-shaped model
-    return Request(
-        task=Task.COMPLETION,
-        inbound=inbound,
-        prompt=prompt,
-        stream=stream,
-        params=params,
-        raw=data,
-        wants_token_ids=True,
-    )
 
 
 def raw_params(req: Request) -> dict[str, Any]:
@@ -109,15 +36,6 @@ def ids_value(ids: list[int] | None, unknown: int | None, lists: bool = True) ->
     if not ids:
         return unknown
     return ids[0] if len(ids) == 1 or not lists else ids
-
-
-def ids_list(value: Any) -> list[int] | None:
-    """`token.id` as MindIE or TGI sends it: a number, a list of numbers, or null."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return value or None
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +76,7 @@ def render_object(fl: Flavour, result: Result, req: Request) -> dict[str, Any]:
         details["prompt_tokens"] = u.prompt_tokens if u else None
     details["finish_reason"] = TGI_FINISH[c.finish or Finish.EOS]
     details["generated_tokens"] = _generated_tokens(u, c.token_ids, 0 if not text else 1)
-    details["seed"] = req.params.get("seed")
+    details["seed"] = req.params.seed
     details["prefill"] = []
     if fl.detail_tokens_null:
         details["tokens"] = [{"id": i, "logprob": None, "special": None, "text": None} for i in c.token_ids or ()]
@@ -168,8 +86,8 @@ def render_object(fl: Flavour, result: Result, req: Request) -> dict[str, Any]:
     return out
 
 
-def render_result(fl: Flavour, array: bool) -> Callable[[Result | EmbeddingResult, Request, RenderContext], bytes]:
-    def render(result: Result | EmbeddingResult, req: Request, ctx: RenderContext) -> bytes:
+def render_result(fl: Flavour, array: bool) -> Callable[[Answer, Request, RenderContext], bytes]:
+    def render(result: Answer, req: Request, ctx: RenderContext) -> bytes:
         assert isinstance(result, Result)
         obj = render_object(fl, result, req)
         return _dumps([obj] if array else obj)
@@ -265,7 +183,7 @@ class HoldBackRenderer(ABC):
         d["generated_tokens"] = (
             u.completion_tokens if u and u.completion_tokens is not None else (self._n_ids or self._n_deltas)
         )
-        d["seed"] = self._req.params.get("seed")
+        d["seed"] = self._req.params.seed
         if self._fl.input_length and u is not None and u.prompt_tokens is not None:
             d["input_length"] = u.prompt_tokens
         return d
@@ -331,6 +249,3 @@ def stream_renderer(fl: Flavour) -> Callable[[Request, RenderContext], TGIStream
         return TGIStreamRenderer(fl, req, ctx)
 
     return make
-
-
-# ---- outbound: parsing what a TGI-style server sends -----------------------------------------

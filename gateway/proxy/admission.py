@@ -9,7 +9,7 @@ its body before the body is read, so a flood of slow or unfinished bodies is tur
 
 from dataclasses import dataclass
 
-from gateway.core.errors import Overloaded
+from gateway.neutral.errors import Overloaded
 
 
 @dataclass(slots=True)

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import itertools
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from pydantic import BaseModel
 
 from gateway import config as cfg
-from gateway.core.errors import NotFound
-
-if TYPE_CHECKING:
-    from gateway.core.engine import Engine
-    from gateway.dialects.base import Dialect
+from gateway.codec.contract import BackendView, Dialect, RouteView
+from gateway.neutral.errors import NotFound
+from gateway.proxy.plan import Engine
 
 
 @dataclass(eq=False)
@@ -25,15 +21,25 @@ class Backend:
     name: str
     conf: cfg.Backend
     dialect: Dialect
-    options: BaseModel
+    view: BackendView
     urls: list[str]
     headers: dict[str, str]
     ssl_ctx: ssl.SSLContext | None = None
     _rr: itertools.count[int] = field(default_factory=itertools.count)
-    # Adapters a dialect or the pipeline attaches (tokenizer, chat template), by name.
-    extras: dict[str, Any] = field(default_factory=dict)
     # This backend's own connection pool (its connection limit, no cookies), opened with the app.
     session: aiohttp.ClientSession | None = None
+
+    @property
+    def model(self) -> str | None:
+        return self.conf.model
+
+    def replicas(self) -> list[str]:
+        """Replica URLs in the order to try them: round-robin start, the rest as failover."""
+        n = len(self.urls)
+        if n == 1:
+            return [self.urls[0]]
+        start = next(self._rr) % n
+        return self.urls[start:] + self.urls[:start]
 
     def client(self) -> aiohttp.ClientSession:
         assert self.session is not None, "client session used before app startup"
@@ -50,17 +56,12 @@ class Backend:
         )
         return self.session
 
-    @property
-    def model(self) -> str | None:
-        return self.conf.model
 
-    def replicas(self) -> list[str]:
-        """Replica URLs in the order to try them: round-robin start, the rest as failover."""
-        n = len(self.urls)
-        if n == 1:
-            return [self.urls[0]]
-        start = next(self._rr) % n
-        return self.urls[start:] + self.urls[:start]
+def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
+    options = dialect.outbound.options_model.model_validate(conf.options)
+    view = BackendView(name, conf.dialect, conf.model, options, conf.tokenizer)
+    urls = [u.rstrip("/") for u in conf.targets()]
+    return Backend(name, conf, dialect, view, urls, dict(conf.headers), make_ssl(conf.tls))
 
 
 @dataclass(eq=False)
@@ -72,6 +73,18 @@ class Route:
     backend: Backend
     engine: Engine
 
+    @property
+    def view(self) -> RouteView:
+        return RouteView(self.name, self.backend.view)
+
+
+# Whether every backend named has a ready replica (the app's readiness probe).
+ReadyCheck = Callable[[Sequence[str]], Awaitable[bool]]
+
+
+async def _always_ready(backends: Sequence[str]) -> bool:
+    return True
+
 
 @dataclass(eq=False)
 class RouteGroup:
@@ -80,8 +93,9 @@ class RouteGroup:
     dialect: str
     prefix: str
     routes: list[Route]
+    ready_check: ReadyCheck = _always_ready
 
-    def select(self, model: str | None) -> Route:
+    def route(self, model: str | None) -> Route:
         if model is not None:
             for r in self.routes:
                 if r.models is not None and model in r.models:
@@ -107,9 +121,43 @@ class RouteGroup:
                     ids.append(n)
         return ids
 
+    # The view an inbound dialect's own paths get (gateway.codec.contract.GroupView).
+
+    @property
+    def views(self) -> Sequence[RouteView]:
+        return [r.view for r in self.routes]
+
+    def select(self, model: str | None) -> RouteView:
+        return self.route(model).view
+
+    async def ready(self, routes: Sequence[RouteView]) -> bool:
+        return await self.ready_check([r.backend.name for r in routes])
+
+
+class GroupPaths:
+    """A RouteGroup as a dialect's own paths see it."""
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: RouteGroup) -> None:
+        self._group = group
+
+    @property
+    def routes(self) -> Sequence[RouteView]:
+        return self._group.views
+
+    def select(self, model: str | None) -> RouteView:
+        return self._group.select(model)
+
+    def model_ids(self) -> list[str]:
+        return self._group.model_ids()
+
+    async def ready(self, routes: Sequence[RouteView]) -> bool:
+        return await self._group.ready(routes)
+
 
 def shown_url(url: str) -> str:
-    """A replica URL without any user:password part, fit for logs and response bodies."""
+    """A replica URL without any user:password part, fit for logs."""
     parts = urlsplit(url)
     if "@" not in parts.netloc:
         return url

@@ -4,7 +4,7 @@ Upstreams are read with one table holding both families (OpenAI's and TGI/MindIE
 MindIE versions mix them on the same route.
 """
 
-from gateway.core.types import Finish
+from gateway.neutral.types import Finish
 
 _FROM_WIRE: dict[str, Finish] = {
     "stop": Finish.EOS,

@@ -1,14 +1,16 @@
-"""Engines produce answers for a route: the proxy engine asks a backend over HTTP.
+"""The proxy engine carries out a plan: it asks a backend over HTTP.
 
-An engine turns a neutral request into a `Result` or an `EventStream` of neutral events. The
-proxy engine applies the parameter policy, has the outbound codec build the upstream call, sends
-it (failing over between replicas on connect errors), and maps every transport fault to an
-`UpstreamError` of the right class. It never writes to the client.
+For each upstream request of the plan the outbound codec builds the call, the engine sends it
+(failing over between replicas while no connection was made), maps every transport fault to an
+`UpstreamError` of the right class, and has the codec read the answer. Stop strings the gateway
+enforces and token ids it fills in wrap each part; a fanned-out plan's parts run concurrently and
+are put back together (gateway.proxy.fanout). The engine never writes to the client; it returns
+when each upstream request started and ended, for whoever observes the exchange.
 """
 
 import logging
 import time
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import replace
 
 import aiohttp
 from yarl import URL
@@ -17,7 +19,8 @@ from gateway import jsonutil
 from gateway.adapters import tokenizer_for
 from gateway.adapters.stops import StopStream, apply_stops
 from gateway.adapters.token_ids import TokenIdStream, fill_token_ids
-from gateway.core.errors import (
+from gateway.codec.contract import EventStream, Outgoing, StreamParser, UpstreamCall
+from gateway.neutral.errors import (
     GatewayError,
     InvalidRequest,
     Kind,
@@ -27,38 +30,18 @@ from gateway.core.errors import (
     UpstreamTimeout,
     upstream_status_error,
 )
-from gateway.core.offload import OFFLOAD_BYTES, offload
-from gateway.core.params import Fate, apply_policy
-from gateway.core.routing import Backend, shown_url
-from gateway.core.types import EmbeddingResult, Event, Request, Result
-from gateway.dialects.base import StreamParser, UpstreamCall
-
-if TYPE_CHECKING:
-    from gateway.core.exchange import Exchange
+from gateway.neutral.events import Event
+from gateway.neutral.types import Answer, Request, Result
+from gateway.proxy import fanout
+from gateway.proxy.offload import OFFLOAD_BYTES, offload
+from gateway.proxy.plan import Plan, UpstreamTimes, make_plan
+from gateway.proxy.routing import Backend, shown_url
 
 log = logging.getLogger("gateway")
 MAX_ERROR_BODY = 64 * 1024
 # No client header reaches a backend but the request id: credentials belong to each side, and
 # MindIE steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
-
-
-class EventStream(Protocol):
-    async def next(self) -> list[Event] | None:
-        """The next batch of events; None at the end. Raises GatewayError on a fault."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
-class Engine(Protocol):
-    async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult: ...
-
-    async def open_stream(self, req: Request, ex: "Exchange") -> EventStream: ...
-
-    @property
-    def passthrough_dialect(self) -> str | None:
-        """The dialect whose bodies this engine can hand to clients as they are, if any."""
-        ...
+READ_FAULTS = (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
 def _malformed(backend: Backend, what: str) -> UpstreamError:
@@ -77,6 +60,9 @@ class ProxyEngine:
         self._whole_timeout = aiohttp.ClientTimeout(total=conf.timeout_s, sock_connect=conf.connect_timeout_s)
         self._urls: dict[str, URL] = {}
 
+    def plan(self, req: Request, request_id: str, body_bytes: int, max_fanout: int) -> Plan:
+        return make_plan(self.codec, self.backend.view, req, request_id, body_bytes, max_fanout)
+
     def _url(self, base: str, path: str) -> URL:
         """Parsed once per replica and path: yarl's parse is a measurable part of a request."""
         key = base + path
@@ -87,56 +73,30 @@ class ProxyEngine:
             url = self._urls[key] = URL(key)
         return url
 
-    @property
-    def passthrough_dialect(self) -> str | None:
-        return self.backend.conf.dialect
+    async def _call(self, plan: Plan, part: Request) -> UpstreamCall:
+        """The upstream call for one part. A large request may mean a long chat-template render
+        or tokenizer run: off the event loop, so one big prompt does not stall the others."""
+        out = Outgoing(part, plan.backend, plan.request_id, plan.same_wire, plan.variant)
+        if plan.body_bytes >= OFFLOAD_BYTES:
+            return await offload(self._build, out)
+        return self._build(out)
 
-    @property
-    def batch_prompts(self) -> bool:
-        """Whether the backend takes a list of prompts in one request (core.fanout)."""
-        return bool(getattr(self.codec, "batch_prompts", False))
-
-    def emulates_n(self, req: Request) -> bool:
-        """Whether n > 1 choices must come from one upstream request each (core.fanout)."""
-        if req.inbound == self.backend.conf.dialect:
-            return False
-        return self.codec.fates(self.backend, req).get("n") is Fate.EMULATE
-
-    async def _prepare(self, req: Request) -> tuple[UpstreamCall, list[str] | None]:
-        """The upstream call, and the stop strings the gateway must enforce itself (if any)."""
-        stops: list[str] | None = None
-        if req.inbound != self.backend.conf.dialect:
-            fates = dict(self.codec.fates(self.backend, req))
-            if fates.get("stop") is Fate.EMULATE:
-                # Whoever cuts at stop strings also decides whether the stop text stays.
-                fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
-            req.dropped = apply_policy(req, fates, self.backend.name, self.backend.conf.dialect)
-            wanted = req.params.get("stop")
-            if fates.get("stop") is Fate.EMULATE and wanted:
-                stops = [wanted] if isinstance(wanted, str) else list(wanted)
-        # A large request may mean a long chat-template render or tokenizer run: off the event
-        # loop, so one big prompt does not stall every other request.
-        call = await offload(self._build, req) if req.body_bytes >= OFFLOAD_BYTES else self._build(req)
-        call.headers.setdefault("X-Request-Id", req.request_id)
-        return call, stops
-
-    def _build(self, req: Request) -> UpstreamCall:
+    def _build(self, out: Outgoing) -> UpstreamCall:
         try:
-            return self.codec.build(req, self.backend)
+            return self.codec.build(out)
         except jsonutil.JSONEncodeError:
             # orjson reads what it cannot write (nesting past 254 levels); the body is the client's.
             raise InvalidRequest(
                 "The request body nests too deeply or holds a number out of range", code="invalid_json"
             ) from None
 
-    async def _send(self, call: UpstreamCall, ex: "Exchange") -> aiohttp.ClientResponse:
+    async def _send(self, call: UpstreamCall, request_id: str) -> aiohttp.ClientResponse:
         b = self.backend
-        headers = {**b.headers, **call.headers}
+        headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
         if call.body is not None:
             headers.setdefault("Content-Type", "application/json")
         timeout = self._stream_timeout if call.stream else self._whole_timeout
         last: Exception | None = None
-        ex.upstream_start = time.perf_counter()
         session = b.client()
         for url in b.replicas():
             try:
@@ -177,11 +137,17 @@ class ProxyEngine:
             kind=Kind.UNAVAILABLE,
         )
 
-    async def complete(self, req: Request, ex: "Exchange") -> Result | EmbeddingResult:
-        call, stops = await self._prepare(req)
+    # ---- whole answers -----------------------------------------------------------------------
+
+    async def complete(self, plan: Plan) -> Answer:
+        return await fanout.complete_parts(plan, self._complete)
+
+    async def _complete(self, plan: Plan, part: Request) -> Answer:
+        call = await self._call(plan, part)
+        times = plan.times
+        span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, ex)
-            call.response_headers = resp.headers
+            resp = await self._send(call, plan.request_id)
             try:
                 body = await resp.read()
             except (TimeoutError, aiohttp.ServerTimeoutError):
@@ -196,53 +162,64 @@ class ProxyEngine:
             finally:
                 resp.release()
         finally:
-            ex.upstream_done()
+            times.ended(span, time.perf_counter())
         try:
-            result = self.codec.parse_result(call, body)
+            result = self.codec.parse_result(call, body, resp.headers)
         except GatewayError:
             raise
-        except (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError):
+        except READ_FAULTS:
             raise _malformed(self.backend, "response") from None
-        if call.passthrough and req.inbound == self.backend.conf.dialect:
-            result.passthrough = body
-        if stops and isinstance(result, Result):
-            result = apply_stops(result, stops, bool(req.params.get("include_stop_str_in_output", False)))
-        if self._fills_token_ids(req) and isinstance(result, Result):
-            tok = tokenizer_for(self.backend)
+        if call.passthrough:
+            result = _with_body(result, body)
+        if plan.stops and isinstance(result, Result):
+            result = apply_stops(result, plan.stops, plan.include_stop)
+        if plan.fill_token_ids and isinstance(result, Result):
+            tok = tokenizer_for(plan.backend)
             if len(body) >= OFFLOAD_BYTES:
                 result = await offload(fill_token_ids, result, tok)
             else:
                 result = fill_token_ids(result, tok)
         return result
 
-    def _fills_token_ids(self, req: Request) -> bool:
-        return req.wants_token_ids and bool(self.backend.conf.tokenizer) and req.inbound != self.backend.conf.dialect
+    # ---- streams -----------------------------------------------------------------------------
 
-    async def open_stream(self, req: Request, ex: "Exchange") -> EventStream:
-        call, stops = await self._prepare(req)
+    async def open_stream(self, plan: Plan) -> EventStream:
+        return await fanout.open_parts(plan, self._open)
+
+    async def _open(self, plan: Plan, part: Request) -> EventStream:
+        call = await self._call(plan, part)
+        times = plan.times
+        span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, ex)
+            resp = await self._send(call, plan.request_id)
         except BaseException:
-            ex.upstream_done()
+            times.ended(span, time.perf_counter())
             raise
-        stream: EventStream = _ProxyStream(self.backend, resp, self.codec.stream_parser(call), ex)
-        if stops:
+        stream: EventStream = _ProxyStream(self.backend, resp, self.codec.stream_parser(call), times, span)
+        if plan.stops:
             # Ending early closes the proxy stream, which cuts the connection and so the generation.
-            include = bool(req.params.get("include_stop_str_in_output", False))
-            stream = StopStream(stream, stops, include, n=int(req.params.get("n") or 1))
-        if self._fills_token_ids(req):
-            stream = TokenIdStream(stream, tokenizer_for(self.backend))
+            stream = StopStream(stream, plan.stops, plan.include_stop, n=part.params.choices)
+        if plan.fill_token_ids:
+            stream = TokenIdStream(stream, tokenizer_for(plan.backend))
         return stream
 
 
-class _ProxyStream:
-    __slots__ = ("_backend", "_done", "_ex", "_parser", "_resp")
+def _with_body(result: Answer, body: bytes) -> Answer:
+    """The answer, with the upstream body the client may take as it is."""
+    return replace(result, passthrough=body)
 
-    def __init__(self, backend: Backend, resp: aiohttp.ClientResponse, parser: StreamParser, ex: "Exchange") -> None:
+
+class _ProxyStream:
+    __slots__ = ("_backend", "_done", "_parser", "_resp", "_span", "_times")
+
+    def __init__(
+        self, backend: Backend, resp: aiohttp.ClientResponse, parser: StreamParser, times: UpstreamTimes, span: int
+    ) -> None:
         self._backend = backend
         self._resp = resp
         self._parser = parser
-        self._ex = ex
+        self._times = times
+        self._span = span
         self._done = False
 
     async def next(self) -> list[Event] | None:
@@ -254,7 +231,7 @@ class _ProxyStream:
                 chunk = await content.readany()
                 if not chunk:
                     self._done = True
-                    self._ex.upstream_done()
+                    self._times.ended(self._span, time.perf_counter())
                     return self._parser.close() or None
                 events = self._parser.feed(chunk)
                 if events:
@@ -270,16 +247,16 @@ class _ProxyStream:
             ) from None
         except GatewayError:
             raise
-        except (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError):
+        except READ_FAULTS:
             raise UpstreamError(
                 f"backend {self._backend.name!r} sent a malformed stream event", upstream_class=UpstreamClass.MIDSTREAM
             ) from None
 
     async def aclose(self) -> None:
+        self._times.ended(self._span, time.perf_counter())
         if self._done:
             self._resp.release()
             return
         self._done = True
-        self._ex.upstream_done()
         # close(), not release(): an unfinished upstream stream must be cut, so the backend stops.
         self._resp.close()

@@ -5,7 +5,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gateway import jsonutil
-from gateway.core.errors import InvalidRequest
+from gateway.neutral.errors import InvalidRequest
 
 M = TypeVar("M", bound=BaseModel)
 

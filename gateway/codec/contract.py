@@ -1,0 +1,243 @@
+"""The contract between dialects and the proxy: what a dialect provides and what it may rely on.
+
+A dialect has an inbound side (the paths its clients call, parsing their bodies into the neutral
+form, rendering answers and errors their way) and an outbound side (building requests for such a
+server, reading its answers). Both are plain, I/O-free code: the proxy does the HTTP. This module
+depends on nothing in the gateway but the neutral form, so every dialect can depend on it.
+"""
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from gateway.neutral.errors import GatewayError
+from gateway.neutral.events import Event
+from gateway.neutral.params import Fate
+from gateway.neutral.types import Answer, Request
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendView:
+    """What a codec may know of the backend it talks to: names, its options, its model files."""
+
+    name: str
+    dialect: str
+    model: str | None
+    options: BaseModel
+    # The folder with the model's tokenizer.json and tokenizer_config.json, when configured.
+    tokenizer: str | None = None
+
+
+# ---- outbound ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Carriage:
+    """What an outbound codec does with one request: the parameters it maps or leaves to the
+    gateway (any other takes its role's default fate), and whatever choice it made on the way
+    (MindIE's endpoint), handed back to `build` so it is made once."""
+
+    fates: Mapping[str, Fate]
+    variant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One request as a backend is to get it, for `Outbound.build`."""
+
+    req: Request  # parameters as the fate policy left them
+    backend: BackendView
+    request_id: str
+    # The client spoke this backend's own wire, so the fields in `req.raw` are the backend's.
+    same_wire: bool
+    variant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCall:
+    """One HTTP request to a backend, built by an outbound codec."""
+
+    path: str  # appended to the backend's base URL
+    body: bytes | None
+    stream: bool
+    method: str = "POST"
+    headers: Mapping[str, str] | None = None
+    # The backend's answer (body, or stream frames) may go to the client as it is.
+    passthrough: bool = False
+    # Codec-private context for the response parser (requested options, prompt, counters).
+    state: Any = None
+
+
+class StreamParser(Protocol):
+    """Sans-IO: upstream body bytes in, neutral events out. Raises UpstreamError on a fault."""
+
+    def feed(self, data: bytes) -> list[Event]: ...
+
+    def close(self) -> list[Event]: ...
+
+
+class Outbound(Protocol):
+    name: str
+    options_model: type[BaseModel]
+    # The backend's credentials reach other models than the configured one (a Databricks
+    # workspace token opens every endpoint of the workspace), and the requested model picks among
+    # them: a backend without `model:` must then have its routes list the `models:` clients may name.
+    shared_credentials: bool
+    # A list of prompts goes upstream in one request (else the proxy fans it out).
+    batch_prompts: bool
+    # A client speaking this wire has its body forwarded as it is (only the model rewritten) and
+    # the answer handed back as it came; else the request is translated like any other.
+    forwards_same_wire: bool
+
+    def carriage(self, req: Request, backend: BackendView) -> Carriage: ...
+
+    def build(self, out: Outgoing) -> UpstreamCall: ...
+
+    def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer: ...
+
+    def stream_parser(self, call: UpstreamCall) -> StreamParser: ...
+
+    def error_message(self, status: int, body: bytes) -> str:
+        """The human message inside the backend's error body (or a cleaned-up raw body)."""
+        ...
+
+    def health_path(self, backend: BackendView) -> str: ...
+
+    def models(self, body: bytes) -> list[str]:
+        """Model ids from the backend's model list (used by readiness and /v1/models)."""
+        ...
+
+
+@runtime_checkable
+class HealthDocument(Protocol):
+    """An outbound whose health call answers 200 either way and says "ready" in the body."""
+
+    def health_ok(self, body: bytes) -> bool: ...
+
+
+class EventStream(Protocol):
+    """Neutral events as an upstream produces them, batch by batch."""
+
+    async def next(self) -> list[Event] | None:
+        """The next batch of events; None at the end. Raises GatewayError on a fault."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+# ---- inbound -------------------------------------------------------------------------------
+
+
+class StreamRenderer(Protocol):
+    """Neutral events in, bytes for the client out."""
+
+    content_type: str
+
+    def start(self) -> bytes: ...
+
+    def render(self, events: list[Event]) -> bytes: ...
+
+    def error(self, err: GatewayError) -> bytes:
+        """An in-band error after the response headers went out."""
+        ...
+
+    def end(self) -> bytes:
+        """The stream's terminator (empty for dialects that end by closing)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RenderContext:
+    """What a renderer needs besides the result: ids and names in the client's convention."""
+
+    request_id: str
+    created: int
+    model: str
+    # The answer comes from a backend of the client's own wire and is handed over as it came.
+    passthrough: bool = False
+    # time.perf_counter() when the request arrived, for timings a dialect reports (MindIE's
+    # prefill_time is the client's time to first token).
+    started: float = 0.0
+
+
+# Values the router read from the request path ({model}, {name}, {version}...).
+PathValues = Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One inference path of an inbound dialect, served by the proxy's exchange handler."""
+
+    parse: Callable[[bytes, PathValues], Request]
+    render_result: Callable[[Answer, Request, RenderContext], bytes]
+    stream_renderer: Callable[[Request, RenderContext], StreamRenderer] | None
+    # Picks the requested model (or route key) out of the path when the dialect puts it there.
+    path_model: Callable[[PathValues], str | None] | None = None
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A small answer of an inbound dialect's own (health, model lists, errors)."""
+
+    status: int = 200
+    body: bytes | None = None
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteView:
+    name: str
+    backend: BackendView
+
+
+class GroupView(Protocol):
+    """The routes of one dialect under one prefix, as an inbound dialect's own paths see them."""
+
+    @property
+    def routes(self) -> Sequence[RouteView]: ...
+
+    def select(self, model: str | None) -> RouteView:
+        """The route serving `model`; NotFound when none does."""
+        ...
+
+    def model_ids(self) -> list[str]: ...
+
+    async def ready(self, routes: Sequence[RouteView]) -> bool:
+        """Whether every backend of these routes has a ready replica."""
+        ...
+
+
+# A path of the dialect's own that is not an inference call: health, model lists, metadata.
+# It may raise GatewayError; the proxy turns that into the dialect's error reply.
+InfoHandler = Callable[[PathValues, GroupView], Awaitable[Reply]]
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    method: str
+    path: str  # under the route's prefix
+    endpoint: Endpoint | None = None
+    info: InfoHandler | None = None
+    # Whether the path needs the gateway's API key when auth is on (health paths do not).
+    auth: bool = True
+
+
+class Inbound(Protocol):
+    name: str
+    mounts: Sequence[Mount]
+
+    def error_reply(self, err: GatewayError) -> Reply: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    inbound: Inbound
+    outbound: Outbound

@@ -1,0 +1,70 @@
+"""The one skeleton of every upstream stream parser: SSE bytes in, neutral events out.
+
+A read from the network may hold good events and then a fault (an error event, a malformed
+payload, a raw text line). How the bytes were cut into reads must not decide whether the good
+ones reach the client, so they are handed out first and the fault is raised on the next call.
+A subclass says what one event's payload means (`on_event`) and what the end of the stream
+means (`on_end`: a final event missing is a truncated stream for some dialects).
+"""
+
+from abc import ABC, abstractmethod
+
+from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.events import Event
+from gateway.sse import SSEDecoder
+
+# What a payload that is not what the dialect promises raises while it is read.
+PARSE_ERRORS = (UpstreamError, ValueError, KeyError, TypeError, AttributeError, IndexError)
+
+
+def broken_off(text: str) -> UpstreamError:
+    return UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
+
+
+class EventParser(ABC):
+    __slots__ = ("_decoder", "_fault")
+
+    def __init__(self) -> None:
+        self._decoder = SSEDecoder()
+        self._fault: Exception | None = None
+
+    @abstractmethod
+    def on_event(self, data: bytes, out: list[Event]) -> None:
+        """Append what one event's payload means; raise on a payload that is not valid."""
+
+    def on_end(self, out: list[Event]) -> None:  # noqa: B027 - most streams need nothing at the end
+        """The upstream closed the stream: append closing events, or raise when it was cut short."""
+
+    def feed(self, data: bytes) -> list[Event]:
+        if self._fault is not None:
+            raise self._fault
+        out: list[Event] = []
+        try:
+            for ev in self._decoder.feed(data):
+                self.on_event(ev.data, out)
+            self._check_stray()
+        except PARSE_ERRORS as e:
+            if not out:
+                raise
+            self._fault = e
+        return out
+
+    def close(self) -> list[Event]:
+        if self._fault is not None:
+            raise self._fault
+        out: list[Event] = []
+        for ev in self.tail():
+            self.on_event(ev, out)
+        self._check_stray()
+        self.on_end(out)
+        return out
+
+    def tail(self) -> list[bytes]:
+        """Payloads still in the decoder when the stream ends (a last event without its blank
+        line is discarded, as the SSE rules say; a subclass may be more forgiving)."""
+        return [ev.data for ev in self._decoder.close()]
+
+    def _check_stray(self) -> None:
+        # Lines that are not SSE fields: some servers write raw text into a stream on failure.
+        if self._decoder.stray:
+            raise broken_off(b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500])

@@ -1,0 +1,45 @@
+"""Reading a Databricks serving endpoint: answers and streams are OpenAI's; error bodies and a
+mid-stream error event are Databricks' own."""
+
+from typing import Any
+
+from gateway import jsonutil
+from gateway.dialects.openai.reading import OpenAIStreamParser
+from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.events import Event
+from gateway.sse import DONE
+
+
+def error_text(body: bytes) -> str:
+    """The message in any of the error bodies Databricks is known to send."""
+    try:
+        obj = jsonutil.loads(body)
+    except jsonutil.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+    if isinstance(obj, dict):
+        code, msg = obj.get("error_code"), obj.get("message")
+        if code is not None:
+            return f"{code}: {msg}" if msg else str(code)
+        err = obj.get("error")
+        if isinstance(err, str):
+            return err
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if msg:
+            return str(msg)
+    return str(obj)[:500]
+
+
+class DatabricksStreamParser(OpenAIStreamParser):
+    """OpenAI's chunk parser, plus Databricks' own error body arriving as an event."""
+
+    __slots__ = ()
+
+    def on_event(self, data: bytes, out: list[Event]) -> None:
+        if data != DONE and b'"error_code"' in data:
+            obj: Any = jsonutil.loads(data)
+            if isinstance(obj, dict) and obj.get("error_code") is not None and not obj.get("choices"):
+                raise UpstreamError(
+                    f"backend error mid-stream: {error_text(data)}", upstream_class=UpstreamClass.MIDSTREAM
+                )
+        super().on_event(data, out)

@@ -1,0 +1,170 @@
+"""MindIE answers as its clients expect them, route by route. See docs/dialects/mindie.md.
+
+- native /infer, /infer_token: `generated_text` + `details`; streamed events carry
+  `prefill_time` (first token) or `decode_time` (later ones) in milliseconds, measured by the
+  gateway as tokens arrive, and a final event with the last token (its text null),
+  `generated_text` and `details`;
+- TGI-style /generate, /generate_stream, /: TGI's renderer with MindIE's flavour;
+- OpenAI routes: OpenAI's renderer with MindIE's flavour (ids `endpoint_common_N`, the role in
+  every delta, finish and usage together in the closing chunk);
+- vLLM-style /generate: `{"text": [prompt + " " + completion]}`, streamed as NUL-terminated JSON.
+A failure after a stream began is a raw text line, not an event.
+"""
+
+import itertools
+from typing import Any
+
+from gateway import jsonutil
+from gateway.codec.contract import RenderContext
+from gateway.dialects.openai import render as openai
+from gateway.dialects.tgi import render as tgi
+from gateway.neutral.errors import GatewayError
+from gateway.neutral.events import Event, TextDelta
+from gateway.neutral.finish import TGI as FINISH
+from gateway.neutral.types import Answer, Finish, Request, Result, Usage
+
+_dumps = jsonutil.dumps
+_ids = itertools.count(1)
+
+
+def next_id(ctx: RenderContext | None = None) -> str:
+    return f"endpoint_common_{next(_ids)}"
+
+
+def raw_error(err: GatewayError) -> bytes:
+    """MindIE reports a failure after the stream began as a raw text line, not an SSE event."""
+    return err.message.replace("\n", " ").encode() + b"\n"
+
+
+def usage(u: Usage | None) -> dict[str, Any] | None:
+    """MindIE's usage object: OpenAI's fields, details next to their counts."""
+    if u is None or u.prompt_tokens is None or u.completion_tokens is None:
+        return None
+    out: dict[str, Any] = {"prompt_tokens": u.prompt_tokens}
+    if u.extra and "prompt_tokens_details" in u.extra:
+        out["prompt_tokens_details"] = u.extra["prompt_tokens_details"]
+    out["completion_tokens"] = u.completion_tokens
+    if u.extra and "completion_tokens_details" in u.extra:
+        out["completion_tokens_details"] = u.extra["completion_tokens_details"]
+    out["total_tokens"] = u.prompt_tokens + u.completion_tokens
+    return out
+
+
+OPENAI_ROUTES = openai.Flavour(
+    chat_id=next_id,
+    completion_id=next_id,
+    null_content_with_tools=False,
+    always_tool_calls=True,
+    completion_stop_reason=True,
+    usage=usage,
+    held_finish=True,
+    error_frame=raw_error,
+)
+
+TGI_STYLE = tgi.Flavour(
+    name="mindie-tgi",
+    space=True,
+    index=False,
+    prompt_sep=" ",
+    prompt_tokens=True,
+    input_length=False,
+    detail_tokens_null=True,
+    unknown_id=None,
+    error_frame=raw_error,
+)
+
+NATIVE = tgi.Flavour(
+    name="mindie-native",
+    space=True,
+    index=False,
+    prompt_sep=" ",
+    prompt_tokens=False,
+    input_length=False,
+    detail_tokens_null=True,
+    unknown_id=None,
+    error_frame=raw_error,
+)
+
+
+# ---- native ------------------------------------------------------------------------------
+
+
+def _details(finish: Finish | None, generated: int, ids: list[int] | None, seed: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"finish_reason": FINISH[finish or Finish.EOS], "generated_tokens": generated}
+    if ids:
+        d["generated_token_ids"] = ids
+    d["seed"] = seed
+    return d
+
+
+def render_infer(result: Answer, req: Request, ctx: RenderContext) -> bytes:
+    assert isinstance(result, Result)
+    c = result.choices[0]
+    out: dict[str, Any] = {"generated_text": c.text}
+    if tgi.wants_details(req):
+        u = result.usage
+        generated = u.completion_tokens if u and u.completion_tokens is not None else len(c.token_ids or ())
+        out["details"] = _details(c.finish, generated, c.token_ids, req.params.seed)
+    return _dumps(out)
+
+
+class NativeStreamRenderer(tgi.HoldBackRenderer):
+    def __init__(self, req: Request, ctx: RenderContext) -> None:
+        super().__init__(NATIVE, req, ctx)
+        self._first = True
+
+    def _timing(self, ms: float) -> dict[str, Any]:
+        first, self._first = self._first, False
+        return {"prefill_time": ms, "decode_time": None} if first else {"prefill_time": None, "decode_time": ms}
+
+    def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:
+        return self._timing(ms) | {"token": {"id": tgi.ids_value(d.token_ids, None), "text": d.text}}
+
+    def final_event(
+        self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        timing = self._timing(ms) if last is not None else {"prefill_time": None, "decode_time": None}
+        return timing | {
+            "generated_text": text,
+            "details": details,
+            "token": {"id": tgi.ids_value(last.token_ids if last else None, None), "text": None},
+        }
+
+
+# ---- vLLM-style /generate ----------------------------------------------------------------
+
+
+def render_vllm(result: Answer, req: Request, ctx: RenderContext) -> bytes:
+    """`{"text": [prompt + " " + completion, ...]}`: MindIE joins the two with one space."""
+    assert isinstance(result, Result)
+    prompt = req.prompt if isinstance(req.prompt, str) else ""
+    return _dumps({"text": [prompt + " " + c.text for c in result.choices]})
+
+
+class VllmStreamRenderer:
+    """NUL-terminated JSON objects `{"text": [delta]}` (not SSE); no finish marker."""
+
+    content_type = "application/json"
+
+    def __init__(self, req: Request, ctx: RenderContext) -> None:
+        self._n = req.params.choices
+
+    def start(self) -> bytes:
+        return b""
+
+    def render(self, events: list[Event]) -> bytes:
+        out = b""
+        for ev in events:
+            if type(ev) is TextDelta:
+                assert isinstance(ev, TextDelta)
+                texts = [""] * self._n
+                if ev.index < self._n:
+                    texts[ev.index] = ev.text
+                out += _dumps({"text": texts}) + b"\0"
+        return out
+
+    def error(self, err: GatewayError) -> bytes:
+        return raw_error(err)
+
+    def end(self) -> bytes:
+        return b""

@@ -1,0 +1,1 @@
+"""The neutral form every request, answer and stream event passes through, whatever its dialect."""

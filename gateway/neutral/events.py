@@ -1,0 +1,63 @@
+"""Neutral stream events: what an upstream stream parser emits and a client renderer consumes.
+
+Events are named tuples: immutable, and as cheap to build as the slotted classes they replace,
+since they are made once per upstream event on the hot path. A consumer that needs a changed
+event (fan-out re-indexing, token ids filled in) makes a copy with `_replace`. Renderers tell
+them apart by `type(ev) is X`. (A field called `index` hides the tuple method of that name,
+which nothing here uses; type checkers are told so where it is declared.)
+"""
+
+from typing import Any, NamedTuple
+
+from gateway.neutral.types import Finish, Usage
+
+
+class TextDelta(NamedTuple):
+    text: str
+    index: int = 0  # type: ignore[assignment]
+    logprobs: Any = None
+    token_ids: list[int] | None = None
+
+
+class ReasoningDelta(NamedTuple):
+    text: str
+    index: int = 0  # type: ignore[assignment]
+
+
+class ToolCallDelta(NamedTuple):
+    """A fragment of one tool call; `call_index` orders calls within a choice, as OpenAI does."""
+
+    call_index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    index: int = 0  # type: ignore[assignment]
+
+
+class FinishEvent(NamedTuple):
+    reason: Finish
+    index: int = 0  # type: ignore[assignment]
+
+
+class UsageEvent(NamedTuple):
+    usage: Usage
+
+
+class Frame(NamedTuple):
+    """An upstream event payload the client's dialect takes as it is (same-wire routes only).
+
+    Parsers emit it next to the neutral events decoded from the same payload: pass-through
+    renderers write the frames and ignore the rest, translating renderers do the opposite.
+    `usage_only` marks a frame that carries nothing but usage the gateway asked for on its own
+    behalf.
+    """
+
+    payload: bytes
+    usage_only: bool = False
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | FinishEvent | UsageEvent | Frame
+# Events that belong to one choice (they carry its `index`).
+INDEXED = (TextDelta, ReasoningDelta, ToolCallDelta, FinishEvent)
+# Events that carry generated tokens (for time-to-first-token and inter-token latency).
+TOKENS = (TextDelta, ToolCallDelta, ReasoningDelta)

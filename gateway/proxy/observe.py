@@ -1,0 +1,157 @@
+"""Observation: what one exchange did, turned into metrics and its one access line.
+
+The exchange handler keeps an `Exchange` record as the request goes (when tokens went out, the
+counts the backend reported, how it ended); the engine hands back when each upstream request
+started and ended. At the end, `finish` writes both into the metrics and the access log; nothing
+else records either.
+"""
+
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import Histogram
+
+from gateway.logs import access_log
+from gateway.metrics import Metrics
+from gateway.neutral.events import TOKENS, Event, UsageEvent
+from gateway.neutral.types import Usage
+from gateway.proxy.peers import Network, client_address
+from gateway.proxy.plan import UpstreamTimes
+from gateway.proxy.routing import Route, RouteGroup
+
+
+@dataclass(eq=False, slots=True)
+class Exchange:
+    """Timings and outcome of one request, recorded when it ends."""
+
+    start: float
+    first_token: float = 0.0
+    last_token: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    # The route's inter-token histogram child, set once the route is known: each gap is
+    # observed as it happens rather than collected.
+    itl: Histogram | None = None
+    upstream: UpstreamTimes | None = None
+    upstream_error: str | None = None
+    disconnect: str | None = None
+    key: str | None = None  # the API key's log name
+
+    def observe(self, events: list[Event]) -> None:
+        tokens = False
+        for ev in events:
+            if isinstance(ev, TOKENS):
+                tokens = True
+            elif type(ev) is UsageEvent:
+                assert isinstance(ev, UsageEvent)
+                self.counted(ev.usage)
+        if tokens:
+            now = time.perf_counter()
+            if self.first_token:
+                if self.itl is not None:
+                    self.itl.observe(now - self.last_token)
+            else:
+                self.first_token = now
+            self.last_token = now
+
+    def counted(self, usage: Usage | None) -> None:
+        if usage is None:
+            return
+        if usage.prompt_tokens is not None:
+            self.prompt_tokens = usage.prompt_tokens
+        if usage.completion_tokens is not None:
+            self.completion_tokens = usage.completion_tokens
+
+    def upstream_seconds(self, now: float) -> float:
+        return self.upstream.total(now) if self.upstream is not None else 0.0
+
+
+def finish(
+    metrics: Metrics,
+    request: web.Request,
+    request_id: str,
+    route: Route | None,
+    group: RouteGroup,
+    ex: Exchange,
+    status: int,
+    trusted: list[Network] | None,
+) -> None:
+    """Record the exchange: into the metrics, and (unless `trusted` is None: no access log) its
+    access line."""
+    now = time.perf_counter()
+    upstream = ex.upstream_seconds(now)
+    _record(metrics, route, group, ex, status, now, upstream)
+    if trusted is not None:
+        _access(request, request_id, route, group, ex, status, trusted, now, upstream)
+
+
+def _record(
+    metrics: Metrics, route: Route | None, group: RouteGroup, ex: Exchange, status: int, now: float, upstream: float
+) -> None:
+    if not metrics.enabled:
+        return
+    if route is None:
+        # No route chosen (bad body, unknown model): counted against the group's first route so
+        # the request is visible without letting a client-chosen name become a label.
+        r = group.routes[0]
+        metrics.count_request(r.name, r.backend.name, group.dialect, r.backend.conf.dialect, str(status))
+        return
+    b = route.backend.name
+    rm = metrics.route(route.name, b)
+    metrics.count_request(route.name, b, group.dialect, route.backend.conf.dialect, str(status))
+    total = now - ex.start
+    rm.duration.observe(total)
+    if upstream:
+        rm.upstream.observe(upstream)
+        rm.overhead.observe(max(total - upstream, 0.0))
+    if ex.first_token:
+        rm.ttft.observe(ex.first_token - ex.start)
+    if ex.prompt_tokens:
+        rm.prompt_tokens.inc(ex.prompt_tokens)
+    if ex.completion_tokens:
+        rm.completion_tokens.inc(ex.completion_tokens)
+    if ex.upstream_error:
+        metrics.upstream_errors.labels(route.name, b, ex.upstream_error).inc()
+    if ex.disconnect:
+        metrics.disconnects.labels(route.name, ex.disconnect).inc()
+
+
+def _ms(seconds: float) -> float | None:
+    return round(seconds * 1000.0, 3) if seconds else None
+
+
+def _access(
+    request: web.Request,
+    request_id: str,
+    route: Route | None,
+    group: RouteGroup,
+    ex: Exchange,
+    status: int,
+    trusted: list[Network],
+    now: float,
+    upstream: float,
+) -> None:
+    """The one access-log line of this request: who, names, status, timings, token counts; no content."""
+    backend = route.backend if route is not None else None
+    access_log(
+        {
+            "request_id": request_id,
+            "client": client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted),
+            "key": ex.key,
+            "route": route.name if route is not None else None,
+            "backend": backend.name if backend is not None else None,
+            "inbound": group.dialect,
+            "outbound": backend.conf.dialect if backend is not None else None,
+            "method": request.method,
+            "path": request.path,
+            "status": status,
+            "duration_ms": _ms(now - ex.start),
+            "upstream_ms": _ms(upstream),
+            "ttft_ms": _ms(ex.first_token - ex.start) if ex.first_token else None,
+            "prompt_tokens": ex.prompt_tokens,
+            "completion_tokens": ex.completion_tokens,
+            "upstream_error": ex.upstream_error,
+            "disconnect": ex.disconnect,
+        }
+    )

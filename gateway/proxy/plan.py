@@ -1,0 +1,191 @@
+"""One plan per request, made once before anything is sent.
+
+The plan says everything about how a request reaches its backend: whether the client's body
+goes as it is (same wire, forwarded) or is translated; each parameter's fate, and so the
+parameters kept and the hints dropped; which stop strings the gateway enforces itself; whether
+it fills in token ids; and the upstream requests it fans out to. The engine carries it out;
+nothing after this point decides any of it again.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.codec.contract import BackendView, EventStream, Outbound
+from gateway.neutral.errors import InvalidRequest, Unsupported
+from gateway.neutral.params import Fate, Params, default_fate
+from gateway.neutral.types import Answer, Request, Task
+
+DROPPED_HEADER = "X-Gateway-Dropped-Params"
+
+
+def apply_policy(
+    params: Params, fates: Mapping[str, Fate], backend: str, dialect: str
+) -> tuple[Params, tuple[str, ...]]:
+    """The parameters a backend gets, and the hints dropped for it; Unsupported for refused ones.
+
+    A parameter set to its "off" value (an empty list or mapping; False) is never a reason to
+    refuse or to name a drop: it is left out; but False stays where the backend maps it or the
+    gateway emulates it, because there it can mean something (do_sample false is greedy).
+    """
+    removed: dict[str, Any] = {}
+    dropped: list[str] = []
+    refused: list[str] = []
+    for name, value in params.items():
+        fate = fates.get(name) or default_fate(name)
+        if value == () or value == {} or (value is False and fate not in (Fate.MAP, Fate.EMULATE)):
+            removed[name] = None
+        elif fate is Fate.DROP:
+            removed[name] = None
+            dropped.append(name)
+        elif fate is Fate.REFUSE:
+            refused.append(name)
+    if refused:
+        names = ", ".join(sorted(refused))
+        raise Unsupported(
+            f"backend {backend!r} ({dialect}) cannot honour: {names}; "
+            "remove them from the request or route it to a backend that supports them",
+            param=sorted(refused)[0],
+            code="unsupported_parameter",
+        )
+    return (params.replace(**removed) if removed else params), tuple(sorted(dropped))
+
+
+def prompts(req: Request) -> list[Any] | None:
+    """The prompts of a batch request (two or more), or None for a single prompt."""
+    if req.task is not Task.COMPLETION:
+        return None
+    if isinstance(req.prompt, list) and len(req.prompt) > 1:
+        return list(req.prompt)
+    ids = req.prompt_ids
+    if ids and isinstance(ids[0], list) and len(ids) > 1:
+        return list(ids)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How one client request reaches its backend."""
+
+    request_id: str
+    body_bytes: int  # the client's body: large requests are prepared off the event loop
+    backend: BackendView
+    # The upstream requests, in choice-index order: part k's choice i is the client's choice
+    # k * per_part + i. One part unless the request fans out.
+    parts: tuple[Request, ...]
+    per_part: int
+    # The client spoke the backend's own wire; with `passthrough` its body goes as it is and the
+    # answer comes back as it came (else it is translated like any other).
+    same_wire: bool
+    passthrough: bool
+    variant: str = ""  # the outbound codec's own choice, made once (MindIE's endpoint)
+    dropped: tuple[str, ...] = ()
+    # Stop strings the gateway enforces itself, and whether their text stays in the output.
+    stops: tuple[str, ...] | None = None
+    include_stop: bool = False
+    # Token ids the client's dialect reports are filled in with the backend's tokenizer.
+    fill_token_ids: bool = False
+    # When each upstream request went out and came back: the engine's record of carrying out
+    # the plan, read by whoever observes the exchange.
+    times: "UpstreamTimes" = field(default_factory=lambda: UpstreamTimes())
+
+    @property
+    def width(self) -> int:
+        return len(self.parts)
+
+
+@dataclass(slots=True)
+class UpstreamTimes:
+    """When each upstream request of one plan started and finished (time.perf_counter())."""
+
+    spans: list[list[float]] = field(default_factory=list)
+
+    def started(self, at: float) -> int:
+        self.spans.append([at, 0.0])
+        return len(self.spans) - 1
+
+    def ended(self, span: int, at: float) -> None:
+        if not self.spans[span][1]:
+            self.spans[span][1] = at
+
+    def total(self, now: float) -> float:
+        """From the first upstream request sent to the last one done (or now, if one is not)."""
+        if not self.spans:
+            return 0.0
+        return max(end or now for _, end in self.spans) - min(start for start, _ in self.spans)
+
+
+class Engine(Protocol):
+    """What produces answers for a route: the proxy engine asks a backend over HTTP. It makes
+    each request's plan, then carries it out."""
+
+    def plan(self, req: Request, request_id: str, body_bytes: int, max_fanout: int) -> Plan: ...
+
+    async def complete(self, plan: Plan) -> Answer: ...
+
+    async def open_stream(self, plan: Plan) -> EventStream: ...
+
+
+def make_plan(
+    codec: Outbound, backend: BackendView, req: Request, request_id: str, body_bytes: int, max_fanout: int
+) -> Plan:
+    """The plan for `req` on a backend of `codec`'s dialect; InvalidRequest when it would fan out
+    to more than `max_fanout` upstream requests, Unsupported when a parameter cannot be carried."""
+    carriage = codec.carriage(req, backend)
+    same_wire = req.inbound == backend.dialect
+    if same_wire and codec.forwards_same_wire:
+        return Plan(request_id, body_bytes, backend, (req,), 1, True, True, carriage.variant)
+    fates = dict(carriage.fates)
+    emulated_stop = fates.get("stop") is Fate.EMULATE
+    if emulated_stop:
+        # Whoever cuts at stop strings also decides whether the stop text stays.
+        fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
+    params, dropped = apply_policy(req.params, fates, backend.name, backend.dialect)
+    if params is not req.params:
+        req = req.but(params=params)
+    batch = None if codec.batch_prompts else prompts(req)
+    n = params.choices
+    emulate_n = n > 1 and fates.get("n") is Fate.EMULATE
+    width = (len(batch) if batch is not None else 1) * (n if emulate_n else 1)
+    if width > max_fanout:
+        raise InvalidRequest(
+            f"This request would take {width} upstream requests (prompts x choices) and the limit is "
+            f"{max_fanout}; send fewer prompts or choices",
+            param="n",
+            code="too_many_choices",
+        )
+    parts = fan_out(req, batch, n if emulate_n else 1) if width > 1 else (req,)
+    return Plan(
+        request_id,
+        body_bytes,
+        backend,
+        parts,
+        1 if emulate_n else n,
+        same_wire,
+        False,
+        carriage.variant,
+        dropped,
+        stops=params.stop if emulated_stop and params.stop else None,
+        include_stop=bool(params.include_stop_str_in_output),
+        fill_token_ids=req.wants_token_ids and bool(backend.tokenizer) and not same_wire,
+    )
+
+
+def fan_out(req: Request, batch: list[Any] | None, n: int) -> tuple[Request, ...]:
+    """One request per prompt and choice, copies of `req`. Choice i of a seeded request gets
+    seed + i, so the choices differ yet stay reproducible."""
+    parts = []
+    for prompt in batch if batch is not None else [None]:
+        base = req
+        if prompt is not None:
+            raw = {**req.raw, "prompt": prompt} if req.raw is not None and "prompt" in req.raw else req.raw
+            text = isinstance(prompt, str)
+            base = req.but(prompt=prompt if text else None, prompt_ids=None if text else prompt, raw=raw)
+        for i in range(n):
+            if n == 1:
+                parts.append(base)
+                continue
+            p = base.params
+            seed = p.seed + i if p.seed is not None else None
+            parts.append(base.but(params=p.replace(n=None, seed=seed)))
+    return tuple(parts)

@@ -1,0 +1,200 @@
+"""The three servers behind Triton's generate extension, as a simulator imitates them.
+
+The gateway's own Triton inbound is lenient: it takes every family's parameter names and answers
+with the plain generate shape. A simulated server reads a request, and answers, the way the
+server of its `flavor` does:
+
+- trtllm: `max_tokens` is a required input; stop words stay in the output; the prompt is echoed in
+  a whole answer unless `exclude_input_in_output`; `sampling_parameters` means nothing; answers
+  carry the ensemble's sequence fields and `output_log_probs`.
+- vllm: `sampling_parameters`, when given, replaces the request parameters; max_tokens defaults
+  to vLLM's 16; asking for the prompt back on a stream is an error; the prompt is echoed in a
+  whole answer unless `exclude_input_in_output`.
+- mindie: its own TGI-like names only (`max_new_tokens`; no stop words, no `max_tokens`); answers
+  carry its `details`, `model_version: null`, and `data:` framing without a space.
+"""
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.codec.contract import Endpoint, Inbound, Mount, RenderContext, Reply
+from gateway.dialects.triton import inbound as triton
+from gateway.dialects.triton import render
+from gateway.dialects.triton.outbound import MINDIE_ID
+from gateway.dialects.triton.schema import GenerateParameters, Options, SamplingMode, flag, merged_parameters
+from gateway.neutral.errors import GatewayError, InvalidRequest
+from gateway.neutral.events import TextDelta
+from gateway.neutral.finish import TGI
+from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
+
+SAMPLING: dict[str, SamplingMode] = {"trtllm": "ignore", "vllm": "only", "mindie": "ignore"}
+VLLM_DEFAULT_MAX_TOKENS = 16
+# Names of NVIDIA's ensembles and of the vLLM backend that MindIE's variant does not read.
+_NOT_MINDIE = ("max_tokens", "stop_words", "stop", "bad_words", "exclude_input_in_output", "stop_token_ids")
+
+
+def read_as(flavor: str, data: dict[str, Any], merged: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """The merged parameters as the imitated server sees them."""
+    if flavor == "trtllm":
+        merged.pop("max_new_tokens", None)
+        merged.pop("stop", None)
+        if "max_tokens" not in merged:
+            raise InvalidRequest("missing required input 'max_tokens'", param="max_tokens", code="invalid_value")
+    elif flavor == "vllm":
+        if stream and merged.get("exclude_input_in_output") is False:
+            raise InvalidRequest(
+                "streaming cannot return the prompt: exclude_input_in_output must not be false",
+                param="exclude_input_in_output",
+                code="invalid_value",
+            )
+        merged.setdefault("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
+    elif flavor == "mindie":
+        rid = data.get("id")
+        if isinstance(rid, str) and not MINDIE_ID.match(rid):
+            raise InvalidRequest("id must match ^[a-zA-Z0-9_-]{1,256}$", param="id", code="invalid_value")
+        for name in _NOT_MINDIE:
+            merged.pop(name, None)
+    return merged
+
+
+def _parse(flavor: str, stream: bool) -> Any:
+    def parse(body: bytes, path: Any) -> Request:
+        data = triton.body_of(body)
+        merged = read_as(flavor, data, merged_parameters(data, SAMPLING[flavor]), stream)
+        req, m = triton.read_generate(data, path, stream, merged, echo=False)
+        return req.but(params=_adjust(flavor, m, req))
+
+    return parse
+
+
+def _adjust(flavor: str, m: GenerateParameters, req: Request) -> Any:
+    """Neutral params the fake model needs to answer as the imitated server would."""
+    p = req.params
+    if flavor == "trtllm":
+        p = p.replace(include_stop_str_in_output=True)  # TRT-LLM stops after the stop word
+        if m.return_log_probs:
+            p = p.replace(logprobs=True)  # the fake model's log probabilities fill output_log_probs
+    return p
+
+
+def _tensor(values: list[float]) -> float | list[float]:
+    """Triton unwraps an output tensor of exactly one element to a scalar."""
+    return values[0] if len(values) == 1 else values
+
+
+def _log_probs(entries: Any, n: int) -> list[float]:
+    if isinstance(entries, list) and entries:
+        return [float(e.get("logprob", 0.0)) for e in entries if isinstance(e, dict)]
+    return [0.0] * n  # TRT-LLM fills the tensor with zeros when log probs were not asked for
+
+
+def _trtllm_answer(out: dict[str, Any], choice: TextDelta | Choice | None, generated: int | None) -> None:
+    lps = _log_probs(choice.logprobs if choice is not None else None, generated or 0)
+    out.update(sequence_end=False, sequence_id=0, sequence_start=False, cum_log_probs=round(sum(lps), 6))
+    out.update(output_log_probs=_tensor(lps), context_logits=0.0, generation_logits=0.0)
+
+
+def _trtllm_event(out: dict[str, Any], ev: TextDelta | Choice | None, tokens: int | None) -> None:
+    count = tokens if tokens is not None else (1 if ev is not None else 0)
+    lps = _log_probs(ev.logprobs if ev is not None else None, count)
+    out.update(sequence_end=False, sequence_id=0, sequence_start=False, output_log_probs=_tensor(lps))
+
+
+def _mindie_answer(
+    out: dict[str, Any], generated: int | None, usage: Usage | None, finish: Finish | None, final: bool
+) -> None:
+    details: dict[str, Any] = {}
+    if finish is not None:
+        details["finish_reason"] = TGI[finish]
+    details.update(generated_tokens=generated, first_token_cost=None, decode_cost=None)
+    details.update(batch_size=[1, 1], queue_wait_time=[0, 0])
+    out["details"] = details
+
+
+def _ms(seconds: float) -> int:
+    return max(int(seconds * 1000.0), 0)
+
+
+class _MindIEEvents:
+    """MindIE's per-event details: a running generated count, prefill and decode times."""
+
+    def __init__(self, started: float) -> None:
+        self._started = started
+        self._generated = 0
+        self._last = 0.0
+
+    def trail(
+        self, out: dict[str, Any], tokens: int | None, usage: Usage | None, finish: Finish | None, final: bool
+    ) -> None:
+        self._generated += tokens or 0
+        details: dict[str, Any] = {}
+        if final and finish is not None:
+            details["finish_reason"] = TGI[finish]  # only the last event has one
+        gen = usage.completion_tokens if usage is not None and usage.completion_tokens is not None else self._generated
+        details.update(generated_tokens=gen, batch_size=1, queue_wait_time=0)
+        out["details"] = details
+        now = time.perf_counter()
+        first = not self._last
+        out["prefill_time"] = _ms(now - self._started) if first and self._started else (0 if first else None)
+        out["decode_time"] = None if first else _ms(now - self._last)
+        self._last = now
+
+
+def _shape(flavor: str, req: Request, ctx: RenderContext, whole: bool) -> render.Shape:
+    raw = req.raw or {}
+    s = render.shape(req, ctx)
+    if flavor == "mindie":
+        if "id" not in s.head:
+            s.head = {"id": ctx.request_id, **s.head}  # MindIE answers with its own id when given none
+        s.head["model_version"] = None
+        s.frame = b"data:"
+        s.finish = s.n_in = s.n_out = False
+        if flag(raw, "details"):
+            s.hold = True
+            s.trail = _mindie_answer if whole else _MindIEEvents(ctx.started).trail
+        else:
+            s.hold = False
+        return s
+    if whole and not flag(raw, "exclude_input_in_output"):
+        s.echo = req.prompt if isinstance(req.prompt, str) else ""
+    if flavor == "trtllm":
+        s.finish = s.n_in = s.n_out = s.hold = False
+        s.lead = _trtllm_answer if whole else _trtllm_event
+    return s
+
+
+def _render(flavor: str) -> Any:
+    def render_result(result: Answer, req: Request, ctx: RenderContext) -> bytes:
+        assert isinstance(result, Result)
+        return render.answer(_shape(flavor, req, ctx, whole=True), result)
+
+    return render_result
+
+
+def _stream(flavor: str) -> Any:
+    def make(req: Request, ctx: RenderContext) -> render.TritonStreamRenderer:
+        return render.TritonStreamRenderer(req, ctx, _shape(flavor, req, ctx, whole=False))
+
+    return make
+
+
+class SimulatedTriton:
+    """Triton's inbound with its generate paths read and answered as one server family does."""
+
+    name = "triton"
+
+    def __init__(self, options: Options) -> None:
+        flavor = options.flavor
+        generate = Endpoint(_parse(flavor, False), _render(flavor), None, triton.path_model)
+        stream = Endpoint(_parse(flavor, True), _render(flavor), _stream(flavor), triton.path_model)
+        swap = {triton.GENERATE: generate, triton.GENERATE_STREAM: stream}
+        self.mounts: Sequence[Mount] = [
+            Mount(m.method, m.path, swap.get(m.endpoint, m.endpoint) if m.endpoint else None, m.info, m.auth)
+            for m in triton.TritonInbound.mounts
+        ]
+        self._inbound: Inbound = triton.TritonInbound()
+
+    def error_reply(self, err: GatewayError) -> Reply:
+        return self._inbound.error_reply(err)
+
