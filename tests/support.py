@@ -6,14 +6,15 @@ coroutine that answers one request (helpers below build the usual ones), then as
 """
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from httpx_sse._decoders import SSEDecoder
 
 from gateway import jsonutil
-from gateway.sse import SSEDecoder
 
 
 @dataclass
@@ -107,11 +108,32 @@ def sse_reply(
     return reply
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_FIELDS = ("event", "data", "id", "retry")
+
+
+def sse_parse(body: bytes) -> tuple[list[bytes], list[str]]:
+    """The `data` of every event in an SSE body, decoded by httpx-sse (not the gateway's own
+    decoder: the gateway's streams are judged by an independent reading), and the lines that
+    are not SSE at all (MindIE's raw error line)."""
+    decoder = SSEDecoder()
+    events: list[bytes] = []
+    stray: list[str] = []
+    lines = _LINE_END.split(body.decode("utf-8"))
+    if lines and lines[-1] == "":
+        lines.pop()  # the last line ending ends the last line; nothing follows it
+    for line in [*lines, ""]:
+        if line and not line.startswith(":") and line.partition(":")[0] not in _FIELDS:
+            stray.append(line)
+        ev = decoder.decode(line)
+        if ev is not None and (ev.data or ev.event):
+            events.append(ev.data.encode())
+    return events, stray
+
+
 def sse_payloads(body: bytes) -> list[bytes]:
     """The `data` of every event in an SSE body."""
-    d = SSEDecoder()
-    events = d.feed(body) + d.close()
-    return [e.data for e in events]
+    return sse_parse(body)[0]
 
 
 def sse_json(body: bytes) -> list[Any]:

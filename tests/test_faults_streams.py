@@ -18,9 +18,8 @@ from aiohttp import web
 from gateway import jsonutil
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.sse import SSEDecoder
 from tests.conftest import one_route
-from tests.support import Recorded, sse_reply
+from tests.support import Recorded, sse_parse, sse_reply
 from tests.test_faults_dialects import STREAM_ROUTES, WAIT, R, config, expect_error, frames, post, still_serves
 
 FIX = Path(__file__).parent / "fixtures"
@@ -33,9 +32,7 @@ TEXTS = {"completion": ["This", " is a test"], "chat": ["Hello", ", wörld 👋"
 def client_stream(r: R, body: bytes, code: str = "INTERNAL_ERROR") -> tuple[list[str], str | None]:
     """The texts a streaming client got and the in-band error message (None if none), checking
     the dialect's framing: nothing but the terminator after an error."""
-    d = SSEDecoder()
-    events = [e.data for e in d.feed(body) + d.close()]
-    stray = [s.decode() for s in d.stray]
+    events, stray = sse_parse(body)
     texts: list[str] = []
     error: str | None = None
     if r.dialect == "mindie":

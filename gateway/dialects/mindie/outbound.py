@@ -175,5 +175,4 @@ class MindIEOutbound:
         return "/health"
 
     def models(self, body: bytes) -> list[str]:
-        obj = jsonutil.loads(body)
-        return [m["id"] for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
+        return openai_reading.model_ids(body)

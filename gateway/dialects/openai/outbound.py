@@ -129,5 +129,4 @@ class OpenAIOutbound:
         return "/v1/models"
 
     def models(self, body: bytes) -> list[str]:
-        obj = jsonutil.loads(body)
-        return [m["id"] for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
+        return reading.model_ids(body)

@@ -55,6 +55,12 @@ def error_message(body: bytes) -> str:
     return error_text(obj)
 
 
+def model_ids(body: bytes) -> list[str]:
+    """The ids of an OpenAI-style model list (`{"data": [{"id": ...}]}`)."""
+    obj = jsonutil.loads(body)
+    return [m["id"] for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
+
+
 def parse_body(req: Request, body: bytes) -> Answer:
     obj = jsonutil.loads(body)
     if not isinstance(obj, dict):
