@@ -154,3 +154,68 @@ def test_each_dialect_declares_its_names_as_data():
     tables = _every_dialect_wire_names()
     assert len(tables) >= 15
     assert all(t.carried <= set(NAMES) for t in tables)
+
+
+# ---- a parameter added by one registry row and the wire names of the dialects that have it ------
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "carried"),
+    # (An OpenAI client on the public API is a same-wire route: its body goes as it is.)
+    [("openai", {"extensions": "vllm"}, True), ("tgi", {}, False), ("mindie", {}, False)],
+)
+async def test_min_tokens_reaches_backends_that_take_it_and_is_named_where_dropped(
+    upstream, make_gateway, backend, options, carried
+):
+    answers = {
+        "openai": jsonutil.loads(raw("chat_response.json")),
+        "tgi": {"generated_text": " ok", "details": {"finish_reason": "length", "generated_tokens": 1}},
+        "mindie": {"generated_text": " ok", "details": {"finish_reason": "length", "generated_tokens": 1}},
+    }
+    if backend == "openai":
+        answers["openai"] = {
+            "id": "c",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
+        }
+    upstream.reply = json_reply(answers[backend])
+    gw = await make_gateway(one_route("openai", backend, upstream.url, options=options))
+    resp = await gw.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 8, "min_tokens": 4})
+    assert resp.status == 200
+    sent = upstream.last.json
+    if carried:
+        assert sent["min_tokens"] == 4
+        assert "X-Gateway-Dropped-Params" not in resp.headers
+    else:
+        assert "min_tokens" not in jsonutil.dumps_str(sent)
+        assert resp.headers["X-Gateway-Dropped-Params"] == "min_tokens"
+
+
+async def test_min_tokens_from_a_triton_client_to_triton_vllm_and_an_openai_client(upstream, make_gateway):
+    upstream.reply = json_reply({"model_name": "m", "model_version": "1", "text_output": " ok"})
+    gw = await make_gateway(one_route("openai", "triton", upstream.url, options={"flavor": "vllm"}))
+    resp = await gw.post("/v1/completions", json={"model": "m", "prompt": "hi", "min_tokens": 4})
+    assert resp.status == 200
+    assert jsonutil.loads(upstream.last.json["sampling_parameters"])["min_tokens"] == 4
+    # A Triton client says it in `parameters`; an OpenAI backend of the vLLM kind gets it.
+    upstream.reply = json_reply(
+        {
+            "id": "c",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
+        }
+    )
+    gw = await make_gateway(one_route("triton", "openai", upstream.url, options={"extensions": "vllm"}))
+    body = {"text_input": "hi", "parameters": {"max_tokens": 8, "min_tokens": 3}}
+    assert (await gw.post("/v2/models/m/generate", json=body)).status == 200
+    assert upstream.last.json["min_tokens"] == 3
+    # The public API has no min_tokens: a hint, so dropped and named.
+    gw = await make_gateway(one_route("triton", "openai", upstream.url))
+    resp = await gw.post("/v2/models/m/generate", json=body)
+    assert resp.status == 200
+    assert resp.headers["X-Gateway-Dropped-Params"] == "min_tokens"
+    assert "min_tokens" not in upstream.last.json

@@ -50,6 +50,7 @@ def _contract(doc: str) -> Any:
 class Params:
     # What and how much to generate.
     max_tokens: int | None = _contract("the most tokens to generate")
+    min_tokens: int | None = _hint("the fewest tokens to generate before end-of-sequence may stop it")
     stop: tuple[str, ...] | None = _contract("strings that end the generation")
     stop_token_ids: tuple[int, ...] | None = _contract("token ids that end the generation")
     include_stop_str_in_output: bool | None = _contract("keep the matched stop string in the text")

@@ -20,6 +20,7 @@ VLLM_EXTRAS = (
     "include_stop_str_in_output",
     "skip_special_tokens",
     "ignore_eos",
+    "min_tokens",
 )
 _CHAT = ("tools", "tool_choice", "response_format", "parallel_tool_calls")
 

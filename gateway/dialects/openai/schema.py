@@ -110,6 +110,7 @@ class _Sampling(_Open):
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
     ignore_eos: bool | None = None
+    min_tokens: int | None = Field(None, ge=0)
 
     @field_validator("logit_bias")
     @classmethod

@@ -24,6 +24,7 @@ IN = WireNames.of(
     "frequency_penalty",
     "do_sample",
     "ignore_eos",
+    "min_tokens",
     "skip_special_tokens",
     "include_stop_str_in_output",
     "stop_token_ids",
@@ -56,6 +57,7 @@ VLLM_SAMPLING = WireNames.of(
     "include_stop_str_in_output",
     "skip_special_tokens",
     "ignore_eos",
+    "min_tokens",
     "seed",
 )
 # Temperature, top_p, top_k and do_sample follow MindIE's range rules (see outbound.mindie_body).

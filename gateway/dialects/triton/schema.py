@@ -67,6 +67,7 @@ class GenerateParameters(BaseModel):
     n: int | None = Field(None, ge=1, validation_alias=_alias("num_return_sequences", "n"))
     do_sample: bool | None = None
     ignore_eos: bool | None = None
+    min_tokens: int | None = Field(None, ge=0)
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
     exclude_input_in_output: bool | None = None
