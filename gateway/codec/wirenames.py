@@ -18,13 +18,14 @@ class WireNames:
 
     def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
         """`pairs` of (wire name, neutral name). Several wire names may read as one neutral
-        parameter (aliases); the first of them is the one written."""
-        self._in: dict[str, str] = {}
+        parameter (aliases): the first of them is the one written, and wins when a body holds
+        more than one."""
+        self._in: dict[str, tuple[str, int]] = {}
         self._out: dict[str, str] = {}
-        for wire, name in pairs:
+        for rank, (wire, name) in enumerate(pairs):
             if name not in NAMES:
                 raise ValueError(f"{name!r} is not a neutral parameter")
-            self._in[wire] = name
+            self._in[wire] = (name, rank)
             self._out.setdefault(name, wire)
 
     @classmethod
@@ -32,13 +33,16 @@ class WireNames:
         """`same`: spelled on the wire as in the neutral form; `renamed`: wire_name=neutral_name."""
         return cls([(n, n) for n in same] + list(renamed.items()))
 
+    def _pairs(self) -> list[tuple[str, str]]:
+        return [(wire, name) for wire, (name, _rank) in self._in.items()]
+
     def plus(self, *same: str, **renamed: str) -> "WireNames":
         """These names and some more."""
-        return WireNames([*self._in.items(), *((n, n) for n in same), *renamed.items()])
+        return WireNames([*self._pairs(), *((n, n) for n in same), *renamed.items()])
 
     def without(self, *names: str) -> "WireNames":
         """These names but the given neutral parameters."""
-        return WireNames([(w, n) for w, n in self._in.items() if n not in names])
+        return WireNames([(w, n) for w, n in self._pairs() if n not in names])
 
     @property
     def carried(self) -> frozenset[str]:
@@ -50,12 +54,20 @@ class WireNames:
         return {**dict.fromkeys(self._out, Fate.MAP), **others}
 
     def read(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """Neutral values of the wire fields the client set (null is "not set")."""
+        """Neutral values of the wire fields the client set (null is "not set"). The body's own
+        fields are walked, not every name: a body sets few of them."""
         out: dict[str, Any] = {}
-        for wire, name in self._in.items():
-            value = data.get(wire)
-            if value is not None and name not in out:
-                out[name] = neutral_value(value)
+        ranks: dict[str, int] = {}
+        names = self._in
+        for wire, value in data.items():
+            hit = names.get(wire)
+            if hit is None or value is None:
+                continue
+            name, rank = hit
+            if name in ranks and ranks[name] < rank:
+                continue  # an alias of higher precedence is set too
+            out[name] = neutral_value(value)
+            ranks[name] = rank
         return out
 
     def write(self, params: Params) -> dict[str, Any]:

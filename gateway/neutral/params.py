@@ -1,6 +1,7 @@
 """The neutral generation parameters: one typed, frozen record, which is also their registry.
 
-Each field of `Params` is one neutral parameter. Its metadata gives its role:
+Each field of `Params` is one neutral parameter: its annotation gives its type and a `Spec`
+with its role and what it means. The roles:
 
   HINT      it steers sampling; leaving it out changes the tokens drawn, not the shape of the
             answer a client relies on. A backend without it gets the request anyway, and the
@@ -18,10 +19,10 @@ Values are the neutral forms: lists become tuples (stop strings, token ids), eve
 as the client sent it after its dialect validated it. None means "the client did not say".
 """
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, NamedTuple, get_type_hints
 
 
 class Role(StrEnum):
@@ -38,72 +39,79 @@ class Fate(StrEnum):
     REFUSE = "refuse"  # a contract the backend lacks: the request fails with a 400
 
 
-def _hint(doc: str) -> Any:
-    return field(default=None, metadata={"role": Role.HINT, "doc": doc})
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """What the registry says of one parameter besides its type."""
+
+    role: Role
+    doc: str
 
 
-def _contract(doc: str) -> Any:
-    return field(default=None, metadata={"role": Role.CONTRACT, "doc": doc})
+def hint(doc: str) -> Spec:
+    return Spec(Role.HINT, doc)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Params:
+def contract(doc: str) -> Spec:
+    return Spec(Role.CONTRACT, doc)
+
+
+class Params(NamedTuple):
+    """The generation parameters of one request: a named tuple, so building one, copying one
+    with a change and reading it all cost little on the hot path, and nothing can change it."""
+
     # What and how much to generate.
-    max_tokens: int | None = _contract("the most tokens to generate")
-    min_tokens: int | None = _hint("the fewest tokens to generate before end-of-sequence may stop it")
-    stop: tuple[str, ...] | None = _contract("strings that end the generation")
-    stop_token_ids: tuple[int, ...] | None = _contract("token ids that end the generation")
-    include_stop_str_in_output: bool | None = _contract("keep the matched stop string in the text")
-    bad_words: tuple[str, ...] | None = _contract("strings the generation must not contain")
-    n: int | None = _contract("how many choices to return (absent: one)")
-    best_of: int | None = _contract("how many sequences to generate to return the best")
-    beam_width: int | None = _contract("beam search width")
-    echo: bool | None = _contract("return the prompt in front of the completion")
-    suffix: str | None = _contract("text that follows the completion")
-    error_behavior: str | None = _contract("what to do with a prompt that is too long")
+    max_tokens: Annotated[int | None, contract("the most tokens to generate")] = None
+    min_tokens: Annotated[int | None, hint("the fewest tokens to generate before end-of-sequence may stop it")] = None
+    stop: Annotated[tuple[str, ...] | None, contract("strings that end the generation")] = None
+    stop_token_ids: Annotated[tuple[int, ...] | None, contract("token ids that end the generation")] = None
+    include_stop_str_in_output: Annotated[bool | None, contract("keep the matched stop string in the text")] = None
+    bad_words: Annotated[tuple[str, ...] | None, contract("strings the generation must not contain")] = None
+    n: Annotated[int | None, contract("how many choices to return (absent: one)")] = None
+    best_of: Annotated[int | None, contract("how many sequences to generate to return the best")] = None
+    beam_width: Annotated[int | None, contract("beam search width")] = None
+    echo: Annotated[bool | None, contract("return the prompt in front of the completion")] = None
+    suffix: Annotated[str | None, contract("text that follows the completion")] = None
+    error_behavior: Annotated[str | None, contract("what to do with a prompt that is too long")] = None
     # Sampling.
-    temperature: float | None = _hint("sampling temperature; 0 means greedy")
-    top_p: float | None = _hint("nucleus sampling mass")
-    top_k: int | None = _hint("sample among the k most likely tokens")
-    min_p: float | None = _hint("drop tokens less likely than this fraction of the best one")
-    typical_p: float | None = _hint("typical sampling mass")
-    repetition_penalty: float | None = _hint("penalty on tokens already present")
-    presence_penalty: float | None = _hint("additive penalty on tokens already present")
-    frequency_penalty: float | None = _hint("additive penalty by how often a token is present")
-    logit_bias: Mapping[str, float] | None = _hint("bias by token id")
-    do_sample: bool | None = _hint("sample (true) or decode greedily (false)")
-    seed: int | None = _hint("random seed, for reproducible sampling")
-    watermark: bool | None = _hint("watermark the output")
-    ignore_eos: bool | None = _hint("go on past the end-of-sequence token")
-    skip_special_tokens: bool | None = _hint("leave special tokens out of the text")
-    truncate: int | None = _hint("keep only this many prompt tokens, from the end")
+    temperature: Annotated[float | None, hint("sampling temperature; 0 means greedy")] = None
+    top_p: Annotated[float | None, hint("nucleus sampling mass")] = None
+    top_k: Annotated[int | None, hint("sample among the k most likely tokens")] = None
+    min_p: Annotated[float | None, hint("drop tokens less likely than this fraction of the best one")] = None
+    typical_p: Annotated[float | None, hint("typical sampling mass")] = None
+    repetition_penalty: Annotated[float | None, hint("penalty on tokens already present")] = None
+    presence_penalty: Annotated[float | None, hint("additive penalty on tokens already present")] = None
+    frequency_penalty: Annotated[float | None, hint("additive penalty by how often a token is present")] = None
+    logit_bias: Annotated[Mapping[str, float] | None, hint("bias by token id")] = None
+    do_sample: Annotated[bool | None, hint("sample (true) or decode greedily (false)")] = None
+    seed: Annotated[int | None, hint("random seed, for reproducible sampling")] = None
+    watermark: Annotated[bool | None, hint("watermark the output")] = None
+    ignore_eos: Annotated[bool | None, hint("go on past the end-of-sequence token")] = None
+    skip_special_tokens: Annotated[bool | None, hint("leave special tokens out of the text")] = None
+    truncate: Annotated[int | None, hint("keep only this many prompt tokens, from the end")] = None
     # Scheduling and bookkeeping.
-    priority: int | None = _hint("scheduling priority, 1 first")
-    timeout: int | None = _hint("seconds the backend may spend on the request")
-    user: str | None = _hint("an end-user id for the backend's abuse monitoring")
+    priority: Annotated[int | None, hint("scheduling priority, 1 first")] = None
+    timeout: Annotated[int | None, hint("seconds the backend may spend on the request")] = None
+    user: Annotated[str | None, hint("an end-user id for the backend's abuse monitoring")] = None
     # Chat.
-    tools: tuple[Mapping[str, Any], ...] | None = _contract("functions the model may call")
-    tool_choice: str | Mapping[str, Any] | None = _contract("whether and which tool to call")
-    parallel_tool_calls: bool | None = _hint("allow several tool calls in one answer")
-    response_format: Mapping[str, Any] | None = _contract("the answer's format (JSON, a schema)")
-    chat_template_kwargs: Mapping[str, Any] | None = _hint("extra variables for the chat template")
+    tools: Annotated[tuple[Mapping[str, Any], ...] | None, contract("functions the model may call")] = None
+    tool_choice: Annotated[str | Mapping[str, Any] | None, contract("whether and which tool to call")] = None
+    parallel_tool_calls: Annotated[bool | None, hint("allow several tool calls in one answer")] = None
+    response_format: Annotated[Mapping[str, Any] | None, contract("the answer's format (JSON, a schema)")] = None
+    chat_template_kwargs: Annotated[Mapping[str, Any] | None, hint("extra variables for the chat template")] = None
     # Output details.
-    logprobs: bool | None = _contract("return log probabilities of the generated tokens")
-    top_logprobs: int | None = _contract("how many alternatives to return per token with logprobs")
+    logprobs: Annotated[bool | None, contract("return log probabilities of the generated tokens")] = None
+    top_logprobs: Annotated[int | None, contract("how many alternatives to return per token with logprobs")] = None
     # Embeddings.
-    encoding_format: str | None = _contract("float or base64 vectors")
-    dimensions: int | None = _contract("vector length")
-    instruction: str | None = _contract("an instruction for instruction-tuned embedding models")
+    encoding_format: Annotated[str | None, contract("float or base64 vectors")] = None
+    dimensions: Annotated[int | None, contract("vector length")] = None
+    instruction: Annotated[str | None, contract("an instruction for instruction-tuned embedding models")] = None
 
-    def items(self) -> Iterator[tuple[str, Any]]:
+    def items(self) -> list[tuple[str, Any]]:
         """The parameters the client set, in registry order."""
-        for name in NAMES:
-            value = getattr(self, name)
-            if value is not None:
-                yield name, value
+        return [(name, value) for name, value in zip(NAMES, self, strict=True) if value is not None]
 
     def replace(self, **changes: Any) -> "Params":
-        return replace(self, **changes)
+        return self._replace(**changes)
 
     @property
     def greedy(self) -> bool:
@@ -116,8 +124,12 @@ class Params:
 
 
 NONE = Params()
-NAMES: tuple[str, ...] = tuple(f.name for f in fields(Params))
-ROLES: dict[str, Role] = {f.name: f.metadata["role"] for f in fields(Params)}
+NAMES: tuple[str, ...] = Params._fields
+SPECS: dict[str, Spec] = {
+    name: next(m for m in annotated.__metadata__ if isinstance(m, Spec))
+    for name, annotated in get_type_hints(Params, include_extras=True).items()
+}
+ROLES: dict[str, Role] = {name: spec.role for name, spec in SPECS.items()}
 
 
 def default_fate(name: str) -> Fate:

@@ -72,6 +72,14 @@ def endpoint_name(req: Request, backend: BackendView) -> str:
 
 
 
+_CARRIAGE = {
+    Task.CHAT: Carriage(names.CHAT_OUT.fates(logprobs=Fate.MAP)),
+    Task.COMPLETION: Carriage(names.COMPLETION_OUT.fates()),
+    # The client's dialect renders base64 from the floats Databricks returns.
+    Task.EMBEDDING: Carriage(names.EMBEDDING_OUT.fates(encoding_format=Fate.EMULATE)),
+}
+
+
 class DatabricksOutbound:
     name = "databricks"
     options_model: type[BaseModel] = NoOptions
@@ -80,11 +88,7 @@ class DatabricksOutbound:
     forwards_same_wire = True
 
     def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        fates = _NAMES[req.task].fates(logprobs=Fate.MAP) if req.task is Task.CHAT else _NAMES[req.task].fates()
-        if req.task is Task.EMBEDDING:
-            # The client's dialect renders base64 from the floats Databricks returns.
-            fates["encoding_format"] = Fate.EMULATE
-        return Carriage(fates)
+        return _CARRIAGE[req.task]
 
     def build(self, out: Outgoing) -> UpstreamCall:
         req, backend = out.req, out.backend

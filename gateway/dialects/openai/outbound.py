@@ -87,6 +87,15 @@ def request_body(req: Request, model: str | None, vllm: bool) -> dict[str, Any]:
     return body
 
 
+_CARRIAGE = {
+    (task, vllm): Carriage(
+        out_names(task, vllm).fates(**_SPECIAL, **({"encoding_format": Fate.MAP} if task is Task.EMBEDDING else {}))
+    )
+    for task in Task
+    for vllm in (False, True)
+}
+
+
 class OpenAIOutbound:
     name = "openai"
     options_model: type[BaseModel] = Options
@@ -95,10 +104,7 @@ class OpenAIOutbound:
     forwards_same_wire = True
 
     def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        fates = out_names(req.task, _vllm(backend)).fates(**_SPECIAL)
-        if req.task is Task.EMBEDDING:
-            fates["encoding_format"] = Fate.MAP
-        return Carriage(fates)
+        return _CARRIAGE[req.task, _vllm(backend)]
 
     def build(self, out: Outgoing) -> UpstreamCall:
         req = out.req
