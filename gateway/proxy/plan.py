@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from gateway.codec.contract import BackendView, EventStream, Outbound
 from gateway.neutral.errors import InvalidRequest, Unsupported
-from gateway.neutral.params import Fate, Params, default_fate
+from gateway.neutral.params import Fate, Params, default_fate, is_off
 from gateway.neutral.types import Answer, Request, Task
 
 DROPPED_HEADER = "X-Gateway-Dropped-Params"
@@ -33,7 +33,7 @@ def apply_policy(
     refused: list[str] = []
     for name, value in params.items():
         fate = fates.get(name) or default_fate(name)
-        if value == () or value == {} or (value is False and fate not in (Fate.MAP, Fate.EMULATE)):
+        if is_off(value) and (value is not False or fate not in (Fate.MAP, Fate.EMULATE)):
             removed[name] = None
         elif fate is Fate.DROP:
             removed[name] = None

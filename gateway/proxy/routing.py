@@ -121,21 +121,9 @@ class RouteGroup:
                     ids.append(n)
         return ids
 
-    # The view an inbound dialect's own paths get (gateway.codec.contract.GroupView).
-
-    @property
-    def views(self) -> Sequence[RouteView]:
-        return [r.view for r in self.routes]
-
-    def select(self, model: str | None) -> RouteView:
-        return self.route(model).view
-
-    async def ready(self, routes: Sequence[RouteView]) -> bool:
-        return await self.ready_check([r.backend.name for r in routes])
-
 
 class GroupPaths:
-    """A RouteGroup as a dialect's own paths see it."""
+    """A RouteGroup as a dialect's own paths see it (gateway.codec.contract.GroupView)."""
 
     __slots__ = ("_group",)
 
@@ -144,16 +132,16 @@ class GroupPaths:
 
     @property
     def routes(self) -> Sequence[RouteView]:
-        return self._group.views
+        return [r.view for r in self._group.routes]
 
     def select(self, model: str | None) -> RouteView:
-        return self._group.select(model)
+        return self._group.route(model).view
 
     def model_ids(self) -> list[str]:
         return self._group.model_ids()
 
     async def ready(self, routes: Sequence[RouteView]) -> bool:
-        return await self._group.ready(routes)
+        return await self._group.ready_check([r.backend.name for r in routes])
 
 
 def shown_url(url: str) -> str:
