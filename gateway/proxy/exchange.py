@@ -123,10 +123,7 @@ async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> byt
 
 async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: Inbound) -> web.StreamResponse:
     svc = request.app[SERVICES]
-    ex = Exchange(time.perf_counter())
-    request_id = request_id_of(request)
-    route: Route | None = None
-    status = 500
+    ex = Exchange(time.perf_counter(), request_id_of(request))
     counted = False
     ticket = Ticket()
     body_read = False
@@ -139,9 +136,9 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         body_read = True
         path = request.match_info
         req = ep.parse(body, path)
-        route = group.route(ep.path_model(path) if ep.path_model else req.model)
+        ex.route = route = group.route(ep.path_model(path) if ep.path_model else req.model)
         backend = route.backend
-        plan = route.engine.plan(req, request_id, len(body), svc.limits.max_fanout)
+        plan = route.engine.plan(req, ex.request_id, len(body), svc.limits.max_fanout)
         svc.budget.take_slots(ticket, plan.width - 1)
         counted = True
         if svc.metrics.enabled:
@@ -149,36 +146,36 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             rm.in_flight.inc()
             ex.itl = rm.itl
         ctx = RenderContext(
-            request_id=request_id,
+            request_id=ex.request_id,
             created=int(time.time()),
             model=req.model or backend.model or route.name,
             passthrough=plan.passthrough,
             started=ex.start,
         )
+        ex.upstream = plan.times
         if req.stream and ep.stream_renderer is not None:
             resp = await _stream(request, ep, route, req, plan, ctx, ex)
-            status = resp.status
+            ex.status = resp.status
             return resp
-        ex.upstream = plan.times
         result = await route.engine.complete(plan)
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         ex.counted(result.usage)
-        headers = {REQUEST_ID: request_id}
+        headers = {REQUEST_ID: ex.request_id}
         if plan.dropped:
             headers[DROPPED_HEADER] = ",".join(plan.dropped)
-        status = 200
+        ex.status = 200
         return web.Response(body=out, content_type=ep.content_type, headers=headers)
     except GatewayError as e:
         if isinstance(e, UpstreamError):
             ex.upstream_error = e.upstream_class.value
-            log.debug("request %s: upstream error (%s): %s", request_id, ex.upstream_error, e)
+            log.debug("request %s: upstream error (%s): %s", ex.request_id, ex.upstream_error, e)
         resp = reply_response(inbound.error_reply(e))
-        resp.headers[REQUEST_ID] = request_id
+        resp.headers[REQUEST_ID] = ex.request_id
         if not body_read:
             # Refused before its body was read (too large, too slow, undecodable, over a limit):
             # the connection closes rather than wait for the rest of a body no one will read.
             resp.force_close()
-        status = resp.status
+        ex.status = resp.status
         return resp
     except asyncio.CancelledError:
         # The server noticed the client left: the task is cancelled, which closes the upstream.
@@ -186,20 +183,17 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         raise
     finally:
         svc.budget.release(ticket)
-        if counted and route is not None and svc.metrics.enabled:
-            svc.metrics.route(route.name, route.backend.name).in_flight.dec()
+        if counted and ex.route is not None and svc.metrics.enabled:
+            svc.metrics.route(ex.route.name, ex.route.backend.name).in_flight.dec()
         if ex.disconnect:
-            status = 499
-        observe.finish(
-            svc.metrics, request, request_id, route, group, ex, status, svc.trusted_proxies if svc.access_log else None
-        )
+            ex.status = 499
+        observe.finish(svc.metrics, request, group, ex, svc.trusted_proxies if svc.access_log else None)
 
 
 async def _stream(
     request: web.Request, ep: Endpoint, route: Route, req: Request, plan: Plan, ctx: RenderContext, ex: Exchange
 ) -> web.StreamResponse:
     assert ep.stream_renderer is not None
-    ex.upstream = plan.times
     stream = await route.engine.open_stream(plan)
     try:
         renderer = ep.stream_renderer(req, ctx)

@@ -26,6 +26,9 @@ class Exchange:
     """Timings and outcome of one request, recorded when it ends."""
 
     start: float
+    request_id: str = ""
+    route: Route | None = None  # once chosen
+    status: int = 500
     first_token: float = 0.0
     last_token: float = 0.0
     prompt_tokens: int | None = None
@@ -68,29 +71,21 @@ class Exchange:
 
 
 def finish(
-    metrics: Metrics,
-    request: web.Request,
-    request_id: str,
-    route: Route | None,
-    group: RouteGroup,
-    ex: Exchange,
-    status: int,
-    trusted: list[Network] | None,
+    metrics: Metrics, request: web.Request, group: RouteGroup, ex: Exchange, trusted: list[Network] | None
 ) -> None:
     """Record the exchange: into the metrics, and (unless `trusted` is None: no access log) its
     access line."""
     now = time.perf_counter()
     upstream = ex.upstream_seconds(now)
-    _record(metrics, route, group, ex, status, now, upstream)
+    _record(metrics, group, ex, now, upstream)
     if trusted is not None:
-        _access(request, request_id, route, group, ex, status, trusted, now, upstream)
+        _access(request, group, ex, trusted, now, upstream)
 
 
-def _record(
-    metrics: Metrics, route: Route | None, group: RouteGroup, ex: Exchange, status: int, now: float, upstream: float
-) -> None:
+def _record(metrics: Metrics, group: RouteGroup, ex: Exchange, now: float, upstream: float) -> None:
     if not metrics.enabled:
         return
+    route, status = ex.route, ex.status
     if route is None:
         # No route chosen (bad body, unknown model): counted against the group's first route so
         # the request is visible without letting a client-chosen name become a label.
@@ -122,21 +117,14 @@ def _ms(seconds: float) -> float | None:
 
 
 def _access(
-    request: web.Request,
-    request_id: str,
-    route: Route | None,
-    group: RouteGroup,
-    ex: Exchange,
-    status: int,
-    trusted: list[Network],
-    now: float,
-    upstream: float,
+    request: web.Request, group: RouteGroup, ex: Exchange, trusted: list[Network], now: float, upstream: float
 ) -> None:
     """The one access-log line of this request: who, names, status, timings, token counts; no content."""
+    route = ex.route
     backend = route.backend if route is not None else None
     access_log(
         {
-            "request_id": request_id,
+            "request_id": ex.request_id,
             "client": client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted),
             "key": ex.key,
             "route": route.name if route is not None else None,
@@ -145,7 +133,7 @@ def _access(
             "outbound": backend.conf.dialect if backend is not None else None,
             "method": request.method,
             "path": request.path,
-            "status": status,
+            "status": ex.status,
             "duration_ms": _ms(now - ex.start),
             "upstream_ms": _ms(upstream),
             "ttft_ms": _ms(ex.first_token - ex.start) if ex.first_token else None,

@@ -12,6 +12,7 @@ A failure after a stream began is a raw text line, not an event.
 """
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 from gateway import jsonutil
@@ -73,17 +74,8 @@ TGI_STYLE = tgi.Flavour(
     error_frame=raw_error,
 )
 
-NATIVE = tgi.Flavour(
-    name="mindie-native",
-    space=True,
-    index=False,
-    prompt_sep=" ",
-    prompt_tokens=False,
-    input_length=False,
-    detail_tokens_null=True,
-    unknown_id=None,
-    error_frame=raw_error,
-)
+# The native routes' stream is the TGI-style one without `prompt_tokens` in its details.
+NATIVE = replace(TGI_STYLE, name="mindie-native", prompt_tokens=False)
 
 
 # ---- native ------------------------------------------------------------------------------
