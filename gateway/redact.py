@@ -69,10 +69,15 @@ def secret_header_values(headers: dict[str, str]) -> list[str]:
     return out
 
 
+def scrub(text: str) -> str:
+    """Known secrets and credential-shaped strings hidden; the rest as it is (a backend's own
+    error body, relayed whole to a client of its wire)."""
+    return _CREDENTIAL.sub(lambda m: (m.group(1) or "") + REDACTED, REDACT(text))
+
+
 def for_client(text: str, limit: int = CLIENT_TEXT_LIMIT) -> str:
     """Backend-written text made fit for a client: known secrets and credential-shaped strings
     hidden, control characters flattened, at most `limit` characters."""
-    text = REDACT(text)
-    text = _CREDENTIAL.sub(lambda m: (m.group(1) or "") + REDACTED, text)
+    text = scrub(text)
     text = "".join(c if c.isprintable() else " " for c in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -100,7 +100,7 @@ OTHER_CASES: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("completion no prompt", "/v1/completions", {"model": "a"}, "prompt"),
     ("completion empty prompt list", "/v1/completions", {"model": "a", "prompt": []}, "prompt"),
     ("completion negative token", "/v1/completions", {"model": "a", "prompt": [1, -2]}, "prompt"),
-    ("completion logprobs 6", "/v1/completions", {"model": "a", "prompt": "p", "logprobs": 6}, "logprobs"),
+    ("completion logprobs -1", "/v1/completions", {"model": "a", "prompt": "p", "logprobs": -1}, "logprobs"),
     ("completion best_of 0", "/v1/completions", {"model": "a", "prompt": "p", "best_of": 0}, "best_of"),
     ("embedding no input", "/v1/embeddings", {"model": "a"}, "input"),
     ("embedding empty list", "/v1/embeddings", {"model": "a", "input": []}, "input"),

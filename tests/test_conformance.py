@@ -31,9 +31,7 @@ class Refusal:
 
 
 # Matrix cells that must be refused (both stream on and off), with the error.
-REFUSED: dict[tuple[str, str], Refusal] = {
-    ("mindie-token", "databricks"): Refusal("takes text prompts only, not token ids"),
-}
+REFUSED: dict[tuple[str, str], Refusal] = {}
 
 # The refusal status and error shape of each client dialect: (status, read message from body).
 
@@ -198,15 +196,9 @@ PROBES = {
         Probe("openai-completions", "tgi", False, NO_TOKENIZER, patch={"prompt": [17, 18, 19]}),
         Probe("openai-completions", "triton-vllm", False, NO_TOKENIZER, patch={"prompt": [17, 18, 19]}),
     ],
-    # Databricks takes text only, tokenizer or not.
+    # Databricks takes text: token ids need the model's tokenizer to become that text.
     "token-ids-databricks": [
-        Probe(
-            "openai-completions",
-            "databricks",
-            True,
-            Refusal("not token ids", "unsupported_parameter"),
-            {"prompt": [17]},
-        ),
+        Probe("openai-completions", "databricks", False, NO_TOKENIZER, {"prompt": [17]}),
     ],
     # Chat to a text-only backend needs the chat template from the tokenizer folder.
     "chat-no-template": [

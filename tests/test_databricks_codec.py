@@ -195,7 +195,7 @@ def test_render_chat_exact():
     )
     assert jsonutil.loads(render.render_result(result, _req(Task.CHAT), CTX)) == {
         "id": "chatcmpl_r1",
-        "object": "chat.completions",
+        "object": "chat.completion",
         "created": 1700000000,
         "model": "my-endpoint",
         "choices": [

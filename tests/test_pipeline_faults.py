@@ -113,15 +113,22 @@ async def test_non_json_200_is_502(upstream, make_gateway):
     ],
 )
 async def test_upstream_error_status_mapped(upstream, make_gateway, status, fixture, etype):
-    gw = await make_gateway(one_route("openai", "openai", upstream.url))
+    """A backend of the client's own wire: its error body reaches the client as it is (type,
+    code and param included), with its status. A translated route says it in its own words."""
+    same = await make_gateway(one_route("openai", "openai", upstream.url))
+    other = await make_gateway(one_route("openai", "databricks", upstream.url, model="m"))
     upstream_message = jsonutil.loads(raw(fixture))["error"]["message"]
     for body in (CHAT, STREAM):
         upstream.reply = raw_reply(raw(fixture), status=status)
-        err = await error_of(await gw.post("/v1/chat/completions", json=body), status)
+        resp = await same.post("/v1/chat/completions", json=body)
+        assert resp.status == status and await resp.read() == raw(fixture)
+        if status == 404:
+            continue  # a translated route names the endpoint itself: see the configured-model test
+        err = await error_of(await other.post("/v1/chat/completions", json=body), status)
         assert err["type"] == etype
         assert err["message"] == f"backend 'up' answered {status}: {upstream_message}"
         upstream.reply = raw_reply(b"upstream exploded\n", status=status, content_type="text/plain")
-        err = await error_of(await gw.post("/v1/chat/completions", json=body), status)
+        err = await error_of(await other.post("/v1/chat/completions", json=body), status)
         assert err["message"] == f"backend 'up' answered {status}: upstream exploded"
 
 

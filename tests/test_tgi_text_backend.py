@@ -85,9 +85,11 @@ async def test_kept_stop_text_is_cut_in_streams(upstream, make_gateway):
 async def test_text_generation_client_reads_tokenizer_ids_from_an_openai_backend(
     upstream, make_gateway, tokenizer_folder
 ):
-    """Ids filled in from the tokenizer stay single integers on the TGI wire."""
+    """Ids filled in from the tokenizer stay single integers on the TGI wire: one event per piece
+    the backend sent, whose id is the first its text reads as."""
     from text_generation import AsyncClient
 
+    from gateway.adapters.tokenizer import Tokenizer
     from tests.support import sse_reply
 
     head = b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":['
@@ -101,5 +103,8 @@ async def test_text_generation_client_reads_tokenizer_ids_from_an_openai_backend
     gw = await make_gateway(one_route("tgi", "openai", upstream.url, tokenizer=tokenizer_folder))
     client = AsyncClient(str(gw.make_url("")).rstrip("/"))
     tokens = [r.token async for r in client.generate_stream("Hi", max_new_tokens=2)]
+    tok = Tokenizer.load(tokenizer_folder)
+    ids = tok.encode(" Hello world") + tok.encode(" again")
     assert [t.text for t in tokens] == [" Hello world", " again"]
-    assert all(isinstance(t.id, int) and t.id > 0 for t in tokens)
+    assert [t.id for t in tokens] == [tok.encode(" Hello world")[0], tok.encode(" again")[0]]
+    assert len(ids) > 2

@@ -306,12 +306,8 @@ async def test_triton_to_triton_forwards_the_body(upstream: FakeUpstream, make_g
     gw = await make_gateway(one_route("triton", "triton", upstream.url, model="vllm_model", options={"flavor": "vllm"}))
     body = jsonutil.loads(raw("vllm_request.json"))
     resp = await gw.post("/v2/models/front/generate", json={**body, "id": "c1"})
-    assert await resp.json() == {
-        "id": "c1",
-        "model_name": "front",
-        "model_version": "1",
-        "text_output": "\n\nTriton Inference Server is",
-    }
+    # The backend's answer as it came, every key kept, but for the name the client used.
+    assert await resp.read() == raw("vllm_response.json").replace(b'"vllm_model"', b'"front"', 1)
     assert upstream.last.path == "/v2/models/vllm_model/generate"
     assert upstream.last.json == {**body, "id": "c1"}
 
@@ -323,10 +319,9 @@ async def test_triton_to_triton_stream(upstream: FakeUpstream, make_gateway: Any
     )
     body = jsonutil.loads(raw("mindie_request.json"))
     resp = await gw.post("/v2/models/llama/generate_stream", json=body)
-    assert await resp.read() == (
-        b'data: {"id":"a123","model_name":"llama","model_version":"1","text_output":" Olivier"}\n\n'
-        b'data: {"id":"a123","model_name":"llama","model_version":"1","text_output":" and"}\n\n'
-        b'data: {"id":"a123","model_name":"llama","model_version":"1","text_output":" I"}\n\n'
+    sent = [f.strip().removeprefix(b"data:") for f in frames("mindie_stream.txt")]
+    assert await resp.read() == b"".join(
+        b"data: " + f.replace(b'"llama_65b"', b'"llama"', 1) + b"\n\n" for f in sent if f
     )
     assert upstream.last.path == "/v2/models/llama_65b/generate_stream"
     assert upstream.last.json == body
@@ -351,23 +346,59 @@ def health_upstream(up: FakeUpstream, status: int) -> None:
     up.reply = reply
 
 
-async def test_health_and_metadata_when_ready(upstream: FakeUpstream, make_gateway: Any):
+NOT_READY = (400, {"error": "Model version not ready"})  # what Triton says
+
+
+async def test_health_when_ready(upstream: FakeUpstream, make_gateway: Any):
     health_upstream(upstream, 200)
     config = one_route("triton", "triton", upstream.url, model="ensemble", options={"flavor": "vllm"})
     config["routes"][0]["models"] = ["llm"]
     gw = await make_gateway(config)
-    for path in ("/v2/health/live", "/v2/health/ready", "/v2/models/llm/ready", "/v2/models/llm/versions/1/ready"):
+    for path in ("/v2/health/live", "/v2/health/ready", "/v2/models/llm/ready"):
         resp = await gw.get(path)
         assert (resp.status, await resp.read()) == (200, b""), path
+    # A model's readiness is the backend's, for the backend's name and the version asked.
     assert upstream.last.path == "/v2/models/ensemble/ready"
-    resp = await gw.get("/v2/models/llm")
-    meta = await resp.json()
-    assert meta["name"] == "llm" and meta["versions"] == ["1"] and meta["platform"] == "vllm"
-    assert {"name": "text_input", "datatype": "BYTES", "shape": [-1]} in meta["inputs"]
-    assert meta["outputs"] == [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}]
-    for path in ("/v2/models/nope", "/v2/models/nope/ready"):
-        resp = await gw.get(path)
-        assert resp.status == 404 and "nope" in (await resp.json())["error"]
+    resp = await gw.get("/v2/models/llm/versions/1/ready")
+    assert resp.status == 200 and upstream.last.path == "/v2/models/ensemble/versions/1/ready"
+    resp = await gw.get("/v2/models/nope")
+    assert resp.status == 404 and "nope" in (await resp.json())["error"]
+    resp = await gw.get("/v2/models/nope/ready")
+    assert (resp.status, await resp.json()) == NOT_READY
+
+
+async def test_metadata_and_config_are_the_backends_renamed(upstream: FakeUpstream, make_gateway: Any):
+    meta = {"name": "ensemble", "versions": ["1"], "platform": "python", "inputs": [], "outputs": []}
+    conf = {"name": "ensemble", "backend": "python", "max_batch_size": 0}
+
+    async def reply(request: web.Request, rec: Recorded) -> web.StreamResponse:
+        body = {"/v2/models/ensemble": meta, "/v2/models/ensemble/config": conf}.get(request.path)
+        if request.path == "/v2":
+            body = {"name": "triton", "version": "2.51.0", "extensions": []}
+        return web.json_response(body) if body else web.json_response({"error": "unknown"}, status=404)
+
+    upstream.reply = reply
+    config = one_route("triton", "triton", upstream.url, model="ensemble")
+    config["routes"][0]["models"] = ["llm"]
+    gw = await make_gateway(config)
+    assert await (await gw.get("/v2/models/llm")).json() == {**meta, "name": "llm"}
+    assert await (await gw.get("/v2/models/llm/config")).json() == {**conf, "name": "llm"}
+    assert (await (await gw.get("/v2")).json())["version"] == "2.51.0"
+    resp = await gw.get("/v2/models/llm/versions/3")
+    assert resp.status == 404 and upstream.last.path == "/v2/models/ensemble/versions/3"
+
+
+async def test_metadata_of_another_dialects_backend_says_what_the_route_reads(upstream, make_gateway):
+    gw = await make_gateway(one_route("triton", "openai", upstream.url, model="m"))
+    meta = await (await gw.get("/v2/models/m")).json()
+    assert meta["name"] == "m" and meta["versions"] == ["1"] and meta["platform"] == "gateway"
+    assert {"name": "text_input", "datatype": "BYTES", "shape": [1]} in meta["inputs"]
+    assert {"name": "stop_words", "datatype": "BYTES", "shape": [-1]} in meta["inputs"]
+    conf = await (await gw.get("/v2/models/m/config")).json()
+    assert conf["name"] == "m" and conf["model_transaction_policy"] == {"decoupled": True}
+    assert (await gw.get("/v2/models/m/versions/2")).status == 404
+    assert (await (await gw.get("/v2")).json())["name"] == "llm-gateway"
+    assert not upstream.requests
 
 
 async def test_health_when_backend_not_ready(upstream: FakeUpstream, make_gateway: Any):
@@ -376,6 +407,6 @@ async def test_health_when_backend_not_ready(upstream: FakeUpstream, make_gatewa
     resp = await gw.get("/v2/health/ready")
     assert (resp.status, await resp.read()) == (400, b"")
     resp = await gw.get("/v2/models/x/ready")
-    assert (resp.status, await resp.read()) == (400, b"")
+    assert (resp.status, await resp.json()) == NOT_READY
     resp = await gw.get("/v2/health/live")
     assert resp.status == 200

@@ -35,9 +35,14 @@ class TokenIdStream:
         await self._inner.aclose()
 
 
-def fill_token_ids(result: Result, tokenizer: Tokenizer) -> Result:
-    choices = [
-        replace(c, token_ids=tokenizer.encode(c.text)) if c.token_ids is None and c.text else c
-        for c in result.choices
-    ]
+def fill_token_ids(result: Result, tokenizer: Tokenizer, texts: bool = False) -> Result:
+    """Each choice's token ids where the backend gave none; with `texts`, also each token's text
+    (for a client that details every token) where the backend sent no per-token logprobs."""
+    choices = []
+    for c in result.choices:
+        if c.token_ids is None and c.text:
+            c = replace(c, token_ids=tokenizer.encode(c.text))
+        if texts and c.token_ids and c.tokens is None and c.logprobs is None:
+            c = replace(c, tokens=[tokenizer.decode([i], skip_special_tokens=False) for i in c.token_ids])
+        choices.append(c)
     return replace(result, choices=choices)

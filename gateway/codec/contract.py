@@ -45,6 +45,9 @@ class Carriage:
 
     fates: Mapping[str, Fate]
     variant: str = ""
+    # The backend says a choice is finished in the event carrying its last token (see
+    # RenderContext.finish_in_band).
+    finish_in_band: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,9 @@ class UpstreamCall:
     headers: Mapping[str, str] | None = None
     # The backend's answer (body, or stream frames) may go to the client as it is.
     passthrough: bool = False
+    # On a pass-through, the model name (JSON bytes) the client used, where the backend knows
+    # the model by another: the answer is to say the client's.
+    rename: bytes | None = None
     # Codec-private context for the response parser (requested options, prompt, counters).
     state: Any = None
 
@@ -164,6 +170,11 @@ class RenderContext:
     # time.perf_counter() when the request arrived, for timings a dialect reports (MindIE's
     # prefill_time is the client's time to first token).
     started: float = 0.0
+    # The model name the backend's config gives, if any.
+    backend_model: str | None = None
+    # The backend says a choice is finished in the event that carries its last token (so a
+    # renderer that must send the last token with the finish need not hold each token back).
+    finish_in_band: bool = True
 
 
 # Values the router read from the request path ({model}, {name}, {version}...).
@@ -180,6 +191,8 @@ class Endpoint:
     # Picks the requested model (or route key) out of the path when the dialect puts it there.
     path_model: Callable[[PathValues], str | None] | None = None
     content_type: str = "application/json"
+    # Response headers of the dialect's own, from the whole answer (None for a stream).
+    headers: Callable[[Answer | None, RenderContext], Mapping[str, str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +208,14 @@ class Reply:
 class RouteView:
     name: str
     backend: BackendView
+    # The model names clients may ask this route for, when its config lists them.
+    models: frozenset[str] | None = None
+
+    def exposed(self) -> list[str]:
+        """The names clients know this route's model by: its `models`, else the backend's model."""
+        if self.models:
+            return sorted(self.models)
+        return [self.backend.model] if self.backend.model else [self.name]
 
 
 class GroupView(Protocol):
@@ -211,6 +232,11 @@ class GroupView(Protocol):
 
     async def ready(self, routes: Sequence[RouteView]) -> bool:
         """Whether every backend of these routes has a ready replica."""
+        ...
+
+    async def fetch(self, route: RouteView, path: str) -> Reply:
+        """GET `path` from the route's backend: its status and body, whatever the status (a
+        dialect relays the backend's own metadata). UpstreamError when no answer came."""
         ...
 
 

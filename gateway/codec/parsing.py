@@ -7,7 +7,9 @@ A subclass says what one event's payload means (`on_event`) and what the end of 
 means (`on_end`: a final event missing is a truncated stream for some dialects).
 """
 
+import re
 from abc import ABC, abstractmethod
+from functools import lru_cache
 
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event
@@ -15,6 +17,18 @@ from gateway.sse import SSEDecoder
 
 # What a payload that is not what the dialect promises raises while it is read.
 PARSE_ERRORS = (UpstreamError, ValueError, KeyError, TypeError, AttributeError, IndexError)
+
+
+@lru_cache(maxsize=8)
+def _field(key: str) -> re.Pattern[bytes]:
+    return re.compile(b'"' + key.encode() + rb'"(\s*:\s*)"(?:[^"\\]|\\.)*"')
+
+
+def renamed(data: bytes, key: str, name: bytes) -> bytes:
+    """A backend's JSON answer or event with its first `key` string field set to `name` (JSON
+    bytes): a pass-through keeps every byte but the model's name, which the client gave. The
+    first such field is the top-level one in every dialect that names the model this way."""
+    return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=1)
 
 
 def broken_off(text: str) -> UpstreamError:

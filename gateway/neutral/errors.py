@@ -6,7 +6,7 @@ kind, as MindIE does with 422 for validation); nothing else builds client-facing
 
 from enum import StrEnum
 
-from gateway.redact import for_client
+from gateway.redact import for_client, scrub
 
 
 class Kind(StrEnum):
@@ -39,6 +39,10 @@ class UpstreamClass(StrEnum):
 class GatewayError(Exception):
     status = 500
     kind = Kind.INTERNAL
+    # A backend's own error body and its content type, for a client of the backend's wire to
+    # get as it came.
+    body: bytes | None = None
+    body_type: str = "application/json"
 
     def __init__(
         self,
@@ -131,13 +135,24 @@ class UpstreamTimeout(UpstreamError):
     upstream_class = UpstreamClass.TIMEOUT
 
 
-def upstream_status_error(status: int, message: str, backend: str) -> UpstreamError:
+def upstream_status_error(
+    status: int, message: str, backend: str, body: bytes | None = None, body_type: str = "application/json"
+) -> UpstreamError:
     """Map an upstream error status to what the client should see.
 
     Client-side faults the backend detected (bad parameters, unknown model, too long, rate
     limited) keep their status and reach the client; credentials the gateway holds for the
     backend are the operator's problem, so 401/403 become 502; 5xx keep the upstream's status.
+    `body` is the backend's error body when the client speaks the backend's wire: it then gets
+    that body as it is (secrets scrubbed), with the backend's status, for any of these but
+    401/403 and redirects.
     """
+    if body is not None and status >= 400 and status not in (401, 403):
+        err = upstream_status_error(status, message, backend)
+        err.status = status
+        err.body = scrub(body.decode("utf-8", "replace")).encode()
+        err.body_type = body_type
+        return err
     text = f"backend {backend!r} answered {status}: {message}"
     cls = UpstreamClass.STATUS_5XX if status >= 500 else UpstreamClass.STATUS_4XX
     if status in (400, 422):

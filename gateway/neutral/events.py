@@ -48,12 +48,15 @@ class Frame(NamedTuple):
 
     Parsers emit it next to the neutral events decoded from the same payload: pass-through
     renderers write the frames and ignore the rest, translating renderers do the opposite.
-    `usage_only` marks a frame that carries nothing but usage the gateway asked for on its own
-    behalf.
+    `usage_only` marks a frame that carries nothing but usage (which the gateway may have asked
+    for on its own behalf); `final` one that finishes a choice; `fingerprint` is the
+    `system_fingerprint` a usage-only frame carries.
     """
 
     payload: bytes
     usage_only: bool = False
+    final: bool = False
+    fingerprint: str | None = None
 
 
 Event = TextDelta | ReasoningDelta | ToolCallDelta | FinishEvent | UsageEvent | Frame

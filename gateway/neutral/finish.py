@@ -32,6 +32,15 @@ def parse_finish(value: object) -> Finish | None:
     return _FROM_WIRE.get(value, Finish.UNKNOWN)
 
 
+def openai_finish(finish_reason: object, stop_reason: object = None) -> Finish | None:
+    """An OpenAI-style finish, sharpened by vLLM's `stop_reason`: the stop string that matched
+    (a string), the stop token (an integer), or nothing for the end-of-sequence token."""
+    reason = parse_finish(finish_reason)
+    if reason is Finish.EOS and stop_reason is not None:
+        return Finish.STOP_TOKEN if isinstance(stop_reason, int) else Finish.STOP_STRING
+    return reason
+
+
 OPENAI: dict[Finish, str] = {
     Finish.EOS: "stop",
     Finish.STOP_STRING: "stop",

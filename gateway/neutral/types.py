@@ -76,6 +76,8 @@ class Request:
     path_params: dict[str, str] = field(default_factory=dict)
     # The client's dialect reports generated token ids (MindIE native, TGI).
     wants_token_ids: bool = False
+    # The client asked for each generated token's details: id, text, logprob (TGI's `details`).
+    wants_token_details: bool = False
 
     def but(self, **changes: Any) -> "Request":
         """A copy with some fields changed."""
@@ -98,6 +100,8 @@ class Choice:
     finish: Finish | None = None
     logprobs: Any = None
     token_ids: list[int] | None = None
+    # Each generated token's text, aligned with token_ids, when known (the tokenizer's reading).
+    tokens: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

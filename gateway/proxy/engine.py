@@ -19,7 +19,7 @@ from gateway import jsonutil
 from gateway.adapters import tokenizer_for
 from gateway.adapters.stops import StopStream, apply_stops
 from gateway.adapters.token_ids import TokenIdStream, fill_token_ids
-from gateway.codec.contract import EventStream, Outgoing, StreamParser, UpstreamCall
+from gateway.codec.contract import EventStream, Outgoing, Reply, StreamParser, UpstreamCall
 from gateway.neutral.errors import (
     GatewayError,
     InvalidRequest,
@@ -36,9 +36,11 @@ from gateway.proxy import fanout
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
 from gateway.proxy.plan import Plan, UpstreamTimes, make_plan
 from gateway.proxy.routing import Backend, shown_url
+from gateway.redact import REDACT
 
 log = logging.getLogger("gateway")
 MAX_ERROR_BODY = 64 * 1024
+MAX_INFO_BODY = 1024 * 1024  # a model list or a model's metadata
 # No client header reaches a backend but the request id: credentials belong to each side, and
 # MindIE steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
 READ_FAULTS = (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -90,7 +92,9 @@ class ProxyEngine:
                 "The request body nests too deeply or holds a number out of range", code="invalid_json"
             ) from None
 
-    async def _send(self, call: UpstreamCall, request_id: str) -> aiohttp.ClientResponse:
+    async def _send(self, call: UpstreamCall, request_id: str, configured: bool) -> aiohttp.ClientResponse:
+        """Send the call; an UpstreamError for any answer but a 2xx. `configured`: the model
+        asked for is the one the backend's config names, so a 404 is the operator's mistake."""
         b = self.backend
         headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
         if call.body is not None:
@@ -129,13 +133,43 @@ class ProxyEngine:
                     body = b""
                 finally:
                     resp.release()
-                raise upstream_status_error(resp.status, self.codec.error_message(resp.status, body), b.name)
+                message = self.codec.error_message(resp.status, body)
+                if resp.status == 404 and configured:
+                    raise UpstreamError(
+                        f"backend {b.name!r} does not serve the model {b.model!r} that the gateway's "
+                        f"configuration names for it (it answered 404: {message})",
+                        upstream_class=UpstreamClass.STATUS_4XX,
+                    )
+                kind = resp.headers.get("Content-Type", "application/json")
+                raise upstream_status_error(resp.status, message, b.name, body if call.passthrough else None, kind)
             return resp
         # No replica took the connection: the service is down (MindIE, TGI, Triton, Databricks: 503).
         raise UpstreamConnectError(
             f"backend {b.name!r} is unreachable ({type(last).__name__ if last else 'no replicas'})",
             kind=Kind.UNAVAILABLE,
         )
+
+    async def fetch(self, path: str) -> Reply:
+        """GET a path of the backend's own, for a dialect that relays what the backend says of
+        itself. Every status comes back as it is; the body is the backend's, secrets scrubbed."""
+        b = self.backend
+        for url in b.replicas():
+            try:
+                async with b.client().get(
+                    self._url(url, path),
+                    headers=b.headers,
+                    timeout=self._whole_timeout,
+                    ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
+                    allow_redirects=False,
+                ) as resp:
+                    body = await resp.content.read(MAX_INFO_BODY)
+                    kind = resp.headers.get("Content-Type", "application/json")
+                    return Reply(resp.status, REDACT(body.decode("utf-8", "replace")).encode(), kind)
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+                log.warning("backend %s: cannot connect to %s: %s", b.name, shown_url(url), e)
+            except (TimeoutError, aiohttp.ClientError) as e:
+                raise UpstreamError(f"backend {b.name!r} failed: {type(e).__name__}") from None
+        raise UpstreamConnectError(f"backend {b.name!r} is unreachable", kind=Kind.UNAVAILABLE)
 
     # ---- whole answers -----------------------------------------------------------------------
 
@@ -147,7 +181,7 @@ class ProxyEngine:
         times = plan.times
         span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, plan.request_id)
+            resp = await self._send(call, plan.request_id, _configured(plan, part))
             try:
                 body = await resp.read()
             except (TimeoutError, aiohttp.ServerTimeoutError):
@@ -169,16 +203,17 @@ class ProxyEngine:
             raise
         except READ_FAULTS:
             raise _malformed(self.backend, "response") from None
-        if call.passthrough:
+        if call.passthrough and result.passthrough is None:
             result = _with_body(result, body)
         if plan.stops and isinstance(result, Result):
             result = apply_stops(result, plan.stops, plan.include_stop)
         if plan.fill_token_ids and isinstance(result, Result):
             tok = tokenizer_for(plan.backend)
+            texts = part.wants_token_details
             if len(body) >= OFFLOAD_BYTES:
-                result = await offload(fill_token_ids, result, tok)
+                result = await offload(fill_token_ids, result, tok, texts)
             else:
-                result = fill_token_ids(result, tok)
+                result = fill_token_ids(result, tok, texts)
         return result
 
     # ---- streams -----------------------------------------------------------------------------
@@ -191,7 +226,7 @@ class ProxyEngine:
         times = plan.times
         span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, plan.request_id)
+            resp = await self._send(call, plan.request_id, _configured(plan, part))
         except BaseException:
             times.ended(span, time.perf_counter())
             raise
@@ -202,6 +237,12 @@ class ProxyEngine:
         if plan.fill_token_ids:
             stream = TokenIdStream(stream, tokenizer_for(plan.backend))
         return stream
+
+
+def _configured(plan: Plan, part: Request) -> bool:
+    """Whether the backend is asked for exactly what its config names: its model, and no
+    version or other path value the client chose."""
+    return plan.backend.model is not None and not part.path_params
 
 
 def _with_body(result: Answer, body: bytes) -> Answer:

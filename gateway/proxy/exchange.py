@@ -78,7 +78,8 @@ SERVICES = web.AppKey("services", Services)
 def reply_response(reply: Reply) -> web.Response:
     if reply.body is None:
         return web.Response(status=reply.status)
-    return web.Response(status=reply.status, body=reply.body, content_type=reply.content_type)
+    # Set as a header: a relayed backend type may carry parameters ("; charset=utf-8").
+    return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": reply.content_type})
 
 
 def check_auth(request: web.Request) -> str | None:
@@ -151,6 +152,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             model=req.model or backend.model or route.name,
             passthrough=plan.passthrough,
             started=ex.start,
+            backend_model=backend.model,
+            finish_in_band=plan.finish_in_band,
         )
         ex.upstream = plan.times
         if req.stream and ep.stream_renderer is not None:
@@ -161,6 +164,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         ex.counted(result.usage)
         headers = {REQUEST_ID: ex.request_id}
+        if ep.headers is not None:
+            headers.update(ep.headers(result, ctx))
         if plan.dropped:
             headers[DROPPED_HEADER] = ",".join(plan.dropped)
         ex.status = 200
@@ -169,7 +174,9 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         if isinstance(e, UpstreamError):
             ex.upstream_error = e.upstream_class.value
             log.debug("request %s: upstream error (%s): %s", ex.request_id, ex.upstream_error, e)
-        resp = reply_response(inbound.error_reply(e))
+        # A backend's own error body goes as it is to a client of its wire.
+        reply = Reply(e.status, e.body, e.body_type) if e.body is not None else inbound.error_reply(e)
+        resp = reply_response(reply)
         resp.headers[REQUEST_ID] = ex.request_id
         if not body_read:
             # Refused before its body was read (too large, too slow, undecodable, over a limit):
@@ -205,6 +212,8 @@ async def _stream(
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.headers[REQUEST_ID] = ctx.request_id
+        if ep.headers is not None:
+            resp.headers.update(ep.headers(None, ctx))
         if plan.dropped:
             resp.headers[DROPPED_HEADER] = ",".join(plan.dropped)
         try:

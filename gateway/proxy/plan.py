@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.codec.contract import BackendView, EventStream, Outbound
+from gateway.codec.contract import BackendView, EventStream, Outbound, Reply
 from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, Params, default_fate, is_off
 from gateway.neutral.types import Answer, Request, Task
@@ -79,6 +79,8 @@ class Plan:
     same_wire: bool
     passthrough: bool
     variant: str = ""  # the outbound codec's own choice, made once (MindIE's endpoint)
+    # The backend finishes a choice in the event with its last token (Carriage.finish_in_band).
+    finish_in_band: bool = False
     dropped: tuple[str, ...] = ()
     # Stop strings the gateway enforces itself, and whether their text stays in the output.
     stops: tuple[str, ...] | None = None
@@ -125,6 +127,10 @@ class Engine(Protocol):
 
     async def open_stream(self, plan: Plan) -> EventStream: ...
 
+    async def fetch(self, path: str) -> Reply:
+        """A GET of the backend's own (metadata, model lists): status and body as they came."""
+        ...
+
 
 def make_plan(
     codec: Outbound, backend: BackendView, req: Request, request_id: str, body_bytes: int, max_fanout: int
@@ -134,13 +140,24 @@ def make_plan(
     carriage = codec.carriage(req, backend)
     same_wire = req.inbound == backend.dialect
     if same_wire and codec.forwards_same_wire:
-        return Plan(request_id, body_bytes, backend, (req,), 1, True, True, carriage.variant)
+        return Plan(request_id, body_bytes, backend, (req,), 1, True, True, carriage.variant, carriage.finish_in_band)
     fates = dict(carriage.fates)
+    keep = req.params.include_stop_str_in_output
+    stops_here = bool(
+        keep and req.params.stop and fates.get("stop") is Fate.MAP and "include_stop_str_in_output" not in fates
+    )
+    if stops_here:
+        # The backend would stop at the strings but cannot keep them in the text: the gateway
+        # cuts instead, and the backend is not told (it would remove them).
+        fates["stop"] = Fate.EMULATE
     emulated_stop = fates.get("stop") is Fate.EMULATE
     if emulated_stop:
         # Whoever cuts at stop strings also decides whether the stop text stays.
         fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
     params, dropped = apply_policy(req.params, fates, backend.name, backend.dialect)
+    stops = params.stop if emulated_stop and params.stop else None
+    if stops_here:
+        params = params.replace(stop=None)
     if params is not req.params:
         req = req.but(params=params)
     batch = None if codec.batch_prompts else prompts(req)
@@ -164,8 +181,9 @@ def make_plan(
         same_wire,
         False,
         carriage.variant,
+        carriage.finish_in_band,
         dropped,
-        stops=params.stop if emulated_stop and params.stop else None,
+        stops=stops,
         include_stop=bool(params.include_stop_str_in_output),
         fill_token_ids=req.wants_token_ids and bool(backend.tokenizer) and not same_wire,
     )

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from gateway import config as cfg
-from gateway.codec.contract import BackendView, Dialect, RouteView
+from gateway.codec.contract import BackendView, Dialect, Reply, RouteView
 from gateway.neutral.errors import NotFound
 from gateway.proxy.plan import Engine
 
@@ -75,7 +75,7 @@ class Route:
 
     @property
     def view(self) -> RouteView:
-        return RouteView(self.name, self.backend.view)
+        return RouteView(self.name, self.backend.view, self.models)
 
 
 # Whether every backend named has a ready replica (the app's readiness probe).
@@ -142,6 +142,12 @@ class GroupPaths:
 
     async def ready(self, routes: Sequence[RouteView]) -> bool:
         return await self._group.ready_check([r.backend.name for r in routes])
+
+    async def fetch(self, route: RouteView, path: str) -> Reply:
+        for r in self._group.routes:
+            if r.name == route.name:
+                return await r.engine.fetch(path)
+        raise NotFound(f"no route {route.name!r}")
 
 
 def shown_url(url: str) -> str:

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from gateway.codec.contract import BackendView, EventStream, NoOptions
+from gateway.codec.contract import BackendView, EventStream, NoOptions, Reply
 from gateway.neutral.events import Event, FinishEvent, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Answer, Request, Task, Usage
 from gateway.proxy import fanout
@@ -21,7 +21,16 @@ class SimEngine:
         # a batch of prompts is answered prompt by prompt.
         batch = prompts(req)
         parts = fan_out(req, batch, 1) if batch is not None else (req,)
-        return Plan(request_id, body_bytes, _ITSELF, parts, req.params.choices, same_wire=True, passthrough=False)
+        return Plan(
+            request_id,
+            body_bytes,
+            _ITSELF,
+            parts,
+            req.params.choices,
+            same_wire=True,
+            passthrough=False,
+            finish_in_band=True,
+        )
 
     async def complete(self, plan: Plan) -> Answer:
         return await fanout.complete_parts(plan, self._complete)
@@ -34,6 +43,10 @@ class SimEngine:
             longest = max(len(c.text.split()) for c in result.choices)
             await asyncio.sleep(self.token_delay_s * longest)
         return result
+
+    async def fetch(self, path: str) -> Reply:
+        # The simulator is the server itself: what it says of itself, its inbound says.
+        return Reply(404, b'{"error":"not found"}')
 
     async def open_stream(self, plan: Plan) -> EventStream:
         return await fanout.open_parts(plan, self._open)
@@ -61,7 +74,10 @@ class SimStream:
                 fn = call["function"]
                 batches.append([ToolCallDelta(c, call["id"], fn["name"], "", i)])
                 batches.append([ToolCallDelta(c, None, None, fn["arguments"], i)])
-            batches.append([FinishEvent(g.finish, i)])
+            if g.tokens and not g.tool_calls:
+                batches[-1].append(FinishEvent(g.finish, i))  # with the last token, as servers say it
+            else:
+                batches.append([FinishEvent(g.finish, i)])
             completion += len(g.tokens) or (1 if g.tool_calls else 0)
         prompt = model.count_prompt_tokens(req)
         batches[-1].append(UsageEvent(Usage(prompt, completion)))

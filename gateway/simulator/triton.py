@@ -18,12 +18,21 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.codec.contract import Endpoint, Inbound, Mount, RenderContext, Reply
+from gateway import __version__, jsonutil
+from gateway.codec.contract import Endpoint, GroupView, Inbound, Mount, PathValues, RenderContext, Reply
 from gateway.dialects.triton import inbound as triton
 from gateway.dialects.triton import render
 from gateway.dialects.triton.outbound import MINDIE_ID
-from gateway.dialects.triton.schema import GenerateParameters, Options, SamplingMode, flag, merged_parameters
-from gateway.neutral.errors import GatewayError, InvalidRequest
+from gateway.dialects.triton.schema import (
+    GenerateParameters,
+    Options,
+    SamplingMode,
+    flag,
+    merged_parameters,
+    model_config,
+    model_metadata,
+)
+from gateway.neutral.errors import GatewayError, InvalidRequest, NotFound
 from gateway.neutral.events import TextDelta
 from gateway.neutral.finish import TGI
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
@@ -179,6 +188,39 @@ def _stream(flavor: str) -> Any:
     return make
 
 
+# The simulated server describes itself: there is no server behind it to ask.
+
+
+async def _server(path: PathValues, group: GroupView) -> Reply:
+    return Reply(body=jsonutil.dumps({"name": "triton", "version": __version__, "extensions": []}))
+
+
+async def _metadata(path: PathValues, group: GroupView) -> Reply:
+    group.select(path["model"])
+    return Reply(body=jsonutil.dumps(model_metadata(path["model"])))
+
+
+async def _config(path: PathValues, group: GroupView) -> Reply:
+    group.select(path["model"])
+    return Reply(body=jsonutil.dumps(model_config(path["model"])))
+
+
+async def _model_ready(path: PathValues, group: GroupView) -> Reply:
+    try:
+        group.select(path["model"])
+    except NotFound:
+        return Reply(400, jsonutil.dumps({"error": "Model version not ready"}))
+    return Reply(200)
+
+
+_INFO: dict[Any, Any] = {
+    triton.server_info: _server,
+    triton.metadata: _metadata,
+    triton.config: _config,
+    triton.model_ready: _model_ready,
+}
+
+
 class SimulatedTriton:
     """Triton's inbound with its generate paths read and answered as one server family does."""
 
@@ -190,7 +232,13 @@ class SimulatedTriton:
         stream = Endpoint(_parse(flavor, True), _render(flavor), _stream(flavor), triton.path_model)
         swap = {triton.GENERATE: generate, triton.GENERATE_STREAM: stream}
         self.mounts: Sequence[Mount] = [
-            Mount(m.method, m.path, swap.get(m.endpoint, m.endpoint) if m.endpoint else None, m.info, m.auth)
+            Mount(
+                m.method,
+                m.path,
+                swap.get(m.endpoint, m.endpoint) if m.endpoint else None,
+                _INFO.get(m.info, m.info),
+                m.auth,
+            )
             for m in triton.TritonInbound.mounts
         ]
         self._inbound: Inbound = triton.TritonInbound()

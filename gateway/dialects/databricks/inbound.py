@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, RenderContext, Reply
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.databricks import params as names
 from gateway.dialects.databricks import render
@@ -19,7 +19,7 @@ from gateway.dialects.databricks.schema import ChatRequest, CompletionRequest, E
 from gateway.dialects.openai.inbound import messages_from, read_params
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, InvalidRequest
-from gateway.neutral.types import Request, Task
+from gateway.neutral.types import Answer, Request, Task
 
 # Bodies of custom MLflow models and feature serving, which this gateway does not serve.
 _CUSTOM_KEYS = ("dataframe_split", "dataframe_records", "instances", "inputs")
@@ -127,10 +127,21 @@ def _path_name(path: PathValues) -> str | None:
     return path.get("name")
 
 
-INVOCATIONS = Endpoint(parse_invocation, render.render_result, render.stream_renderer, path_model=_path_name)
-CHAT = Endpoint(_openai_form(parse_chat), render.render_result, render.stream_renderer)
-COMPLETION = Endpoint(_openai_form(parse_completion), render.render_result, render.stream_renderer)
-EMBEDDING = Endpoint(_openai_form(parse_embedding), render.render_result, None)
+def served_model(answer: Answer | None, ctx: RenderContext) -> dict[str, str]:
+    """Databricks names the served model answering in `served-model-name` (databricks-sdk's
+    query() reads it): the backend's own word for it, else the model its config names."""
+    name = (answer.model if answer is not None else None) or ctx.backend_model or ctx.model
+    return {"served-model-name": name}
+
+
+INVOCATIONS = Endpoint(
+    parse_invocation, render.render_result, render.stream_renderer, path_model=_path_name, headers=served_model
+)
+CHAT = Endpoint(_openai_form(parse_chat), render.render_result, render.stream_renderer, headers=served_model)
+COMPLETION = Endpoint(
+    _openai_form(parse_completion), render.render_result, render.stream_renderer, headers=served_model
+)
+EMBEDDING = Endpoint(_openai_form(parse_embedding), render.render_result, None, headers=served_model)
 
 
 async def get_endpoint(path: PathValues, group: GroupView) -> Reply:

@@ -9,12 +9,14 @@ call, which reads the endpoint's state from the control plane. See docs/dialects
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel
 
 from gateway import jsonutil
+from gateway.adapters import tokenizer_for
 from gateway.codec.contract import BackendView, Carriage, NoOptions, Outgoing, UpstreamCall
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.databricks import params as names
@@ -80,6 +82,22 @@ _CARRIAGE = {
 }
 
 
+def _decoded(ids: list[int] | list[list[int]], backend: BackendView) -> str | list[str]:
+    """Token-id prompts as the text an endpoint takes, through the model's tokenizer (the request
+    fails with a clear message when none is configured)."""
+    if not backend.tokenizer:
+        raise Unsupported(
+            f"backend {backend.name!r} (databricks) takes text prompts; to send it token ids, set "
+            "`tokenizer:` on the backend to the model's tokenizer folder",
+            param="prompt",
+            code="tokenizer_not_configured",
+        )
+    tok = tokenizer_for(backend)
+    if ids and isinstance(ids[0], list):
+        return [tok.decode(one) for one in ids]
+    return tok.decode(ids)  # type: ignore[arg-type]
+
+
 class DatabricksOutbound:
     name = "databricks"
     options_model: type[BaseModel] = NoOptions
@@ -103,13 +121,7 @@ class DatabricksOutbound:
         if req.task is Task.CHAT:
             wire = {"messages": [message_dict(m) for m in req.messages or ()]}
         elif req.task is Task.COMPLETION:
-            if req.prompt_ids is not None:
-                raise Unsupported(
-                    f"backend {backend.name!r} (databricks) takes text prompts only, not token ids",
-                    param="prompt",
-                    code="unsupported_parameter",
-                )
-            wire = {"prompt": req.prompt}
+            wire = {"prompt": req.prompt if req.prompt_ids is None else _decoded(req.prompt_ids, backend)}
         else:
             if req.input and not all(isinstance(x, str) for x in req.input):
                 raise Unsupported(
@@ -124,7 +136,9 @@ class DatabricksOutbound:
         return UpstreamCall(path, jsonutil.dumps(wire), req.stream, state=req)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
-        return openai.parse_body(call.state, body)
+        answer = openai.parse_body(call.state, body)
+        served = headers.get("served-model-name")
+        return replace(answer, model=served) if served else answer
 
     def stream_parser(self, call: UpstreamCall) -> DatabricksStreamParser:
         req: Request = call.state

@@ -1,9 +1,8 @@
 """Databricks answers as clients expect them: its response objects and OpenAI's chunk streams.
 
-Whole responses carry exactly the fields Databricks' reference lists (the chat answer's `object`
-is "chat.completions", completions have no `model`, embeddings have an `id`); everything else is
-OpenAI's shape with Databricks ids, rendered by the OpenAI dialect with this flavour. See
-docs/dialects/databricks.md.
+Whole responses carry exactly the fields Databricks' reference lists (completions have no
+`model`, embeddings have an `id`); everything else is OpenAI's shape with Databricks ids, rendered
+by the OpenAI dialect with this flavour. See docs/dialects/databricks.md.
 """
 
 from typing import Any
@@ -62,9 +61,9 @@ def error_frame(err: GatewayError) -> bytes:
 FLAVOUR = openai.Flavour(
     chat_id=lambda ctx: "chatcmpl_" + ctx.request_id,
     completion_id=lambda ctx: "cmpl_" + ctx.request_id,
-    chat_object="chat.completions",
+    chat_object="chat.completion",
     completion_model=False,
-    reasoning=False,
+    reasoning_parts=True,
     logprobs_when_set=True,
     error_frame=error_frame,
     passthrough_usage=True,

@@ -137,7 +137,8 @@ class MindIEOutbound:
 
     def carriage(self, req: Request, backend: BackendView) -> Carriage:
         path = endpoint(req, _options(backend))
-        return Carriage(_FATES["native" if not path.startswith("/v1/") else path], variant=path)
+        # Every MindIE endpoint finishes in the event with the last token.
+        return Carriage(_FATES["native" if not path.startswith("/v1/") else path], variant=path, finish_in_band=True)
 
     def build(self, out: Outgoing) -> UpstreamCall:
         req, backend = out.req, out.backend

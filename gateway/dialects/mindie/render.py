@@ -69,7 +69,7 @@ TGI_STYLE = tgi.Flavour(
     prompt_sep=" ",
     prompt_tokens=True,
     input_length=False,
-    detail_tokens_null=True,
+    mindie_token_keys=True,
     unknown_id=None,
     error_frame=raw_error,
 )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, RouteView
 from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
@@ -130,16 +130,54 @@ def model_object(model: str, owner: str) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": _STARTED, "owned_by": owner}
 
 
+# Backend dialects whose servers list their models at /v1/models, OpenAI's way.
+_LISTS_MODELS = frozenset({"openai", "mindie"})
+
+
+async def _backend_models(group: GroupView, route: RouteView) -> list[dict[str, Any]] | None:
+    """The backend's own entries for what this route serves, under the names the route exposes;
+    None when the backend keeps no such list or cannot give it now."""
+    if route.backend.dialect not in _LISTS_MODELS:
+        return None
+    try:
+        reply = await group.fetch(route, "/v1/models")
+        listed = jsonutil.loads(reply.body or b"")["data"] if reply.status == 200 else None
+    except (GatewayError, jsonutil.JSONDecodeError, KeyError, TypeError):
+        return None
+    if not isinstance(listed, list):
+        return None
+    entries = [e for e in listed if isinstance(e, dict) and isinstance(e.get("id"), str)]
+    model = route.backend.model
+    if model is None:
+        # Clients name the backend's models as they are; the route may offer only some.
+        return [e for e in entries if route.models is None or e["id"] in route.models]
+    own = next((e for e in entries if e["id"] == model), None)
+    return None if own is None else [{**own, "id": name} for name in route.exposed()]
+
+
+async def _models(group: GroupView) -> list[dict[str, Any]]:
+    """Every model the group serves: the backends' own entries where they keep them (vLLM's
+    `max_model_len`, `root` and `parent` included), else an entry of the gateway's."""
+    out: dict[str, dict[str, Any]] = {}
+    for route in group.routes:
+        entries = await _backend_models(group, route)
+        if entries is None:
+            entries = [model_object(name, "gateway") for name in route.exposed()]
+        for e in entries:
+            out.setdefault(e["id"], e)
+    return list(out.values())
+
+
 async def list_models(path: PathValues, group: GroupView) -> Reply:
-    data = [model_object(m, "gateway") for m in group.model_ids()]
-    return Reply(body=jsonutil.dumps({"object": "list", "data": data}))
+    return Reply(body=jsonutil.dumps({"object": "list", "data": await _models(group)}))
 
 
 async def get_model(path: PathValues, group: GroupView) -> Reply:
     model = path["model"]
-    if model not in group.model_ids():
-        raise NotFound(f"The model {model!r} does not exist", param="model", code="model_not_found")
-    return Reply(body=jsonutil.dumps(model_object(model, "gateway")))
+    for e in await _models(group):
+        if e["id"] == model:
+            return Reply(body=jsonutil.dumps(e))
+    raise NotFound(f"The model {model!r} does not exist", param="model", code="model_not_found")
 
 
 class OpenAIInbound:

@@ -7,12 +7,14 @@ gateway needs for its metrics and withholds from clients that did not ask).
 """
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gateway import jsonutil
 from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
+from gateway.codec.parsing import renamed
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import reading
@@ -81,19 +83,38 @@ def request_body(req: Request, model: str | None, vllm: bool) -> dict[str, Any]:
         if req.params.encoding_format is not None:
             body["encoding_format"] = req.params.encoding_format
     body.update(sampling_fields(req.task, req.params, out_names(req.task, vllm)))
+    if vllm and req.wants_token_ids:
+        body["return_token_ids"] = True  # the ids the model generated, not the text re-tokenised
+    if vllm and req.wants_token_details and not req.params.logprobs:
+        # Each token's text and logprob, for a client whose answer details every token.
+        body["logprobs"] = True if req.task is Task.CHAT else 0
     if req.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
 
 
+# vLLM-style servers send a choice's finish in the chunk with its last token; the public API
+# sends it in a chunk of its own.
 _CARRIAGE = {
     (task, vllm): Carriage(
-        out_names(task, vllm).fates(**_SPECIAL, **({"encoding_format": Fate.MAP} if task is Task.EMBEDDING else {}))
+        out_names(task, vllm).fates(**_SPECIAL, **({"encoding_format": Fate.MAP} if task is Task.EMBEDDING else {})),
+        finish_in_band=vllm,
     )
     for task in Task
     for vllm in (False, True)
 }
+
+
+def usage_options(asked: Any) -> dict[str, Any]:
+    """The stream options a forwarded body goes with: usage always asked for (the metrics need
+    it; the renderer withholds it from a client that did not ask), and usage on every chunk only
+    if the client asked for usage at all, as a server would give it."""
+    options = dict(asked) if isinstance(asked, dict) else {}
+    if not options.get("include_usage"):
+        options.pop("continuous_usage_stats", None)
+    options["include_usage"] = True
+    return options
 
 
 class OpenAIOutbound:
@@ -115,18 +136,21 @@ class OpenAIOutbound:
             body = dict(req.raw)
             body["model"] = model
             if req.stream:
-                # Always ask for usage, for the metrics; the renderer hides it if unasked.
-                body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-            return UpstreamCall(path, jsonutil.dumps(body), req.stream, passthrough=True, state=req)
+                body["stream_options"] = usage_options(body.get("stream_options"))
+            rename = jsonutil.dumps(req.model) if req.model and model and req.model != model else None
+            return UpstreamCall(path, jsonutil.dumps(body), req.stream, passthrough=True, state=req, rename=rename)
         body = request_body(req, model, _vllm(out.backend))
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=req)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
-        return reading.parse_body(call.state, body)
+        answer = reading.parse_body(call.state, body)
+        if call.rename is not None:
+            answer = replace(answer, passthrough=renamed(body, "model", call.rename))
+        return answer
 
     def stream_parser(self, call: UpstreamCall) -> reading.OpenAIStreamParser:
         req: Request = call.state
-        return reading.OpenAIStreamParser(req.task is Task.CHAT, call.passthrough)
+        return reading.OpenAIStreamParser(req.task is Task.CHAT, call.passthrough, call.rename)
 
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(body)

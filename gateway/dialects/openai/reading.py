@@ -3,10 +3,10 @@
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.parsing import EventParser
+from gateway.codec.parsing import EventParser, renamed
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
-from gateway.neutral.finish import parse_finish
+from gateway.neutral.finish import openai_finish
 from gateway.neutral.types import Answer, Choice, EmbeddingResult, Request, Result, Task, Usage
 from gateway.sse import DONE
 
@@ -35,6 +35,56 @@ def completion_logprobs_to_neutral(lp: Any) -> list[dict[str, Any]] | None:
         }
         for tok, val, top in zip(lp["tokens"], lp.get("token_logprobs") or [], tops, strict=False)
     ]
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    """The model's reasoning: `reasoning_content` (DeepSeek's name, and vLLM's before 0.10),
+    `reasoning` (vLLM's since), or Databricks' `reasoning` content parts."""
+    value = message.get("reasoning_content")
+    if value is None:
+        value = message.get("reasoning")
+    if value is None and isinstance(message.get("content"), list):
+        texts = [
+            s.get("text") or ""
+            for part in message["content"]
+            if isinstance(part, dict) and part.get("type") == "reasoning"
+            for s in part.get("summary") or ()
+            if isinstance(s, dict)
+        ]
+        value = "".join(texts) if texts else None
+    return value if isinstance(value, str) else None
+
+
+def _content(message: dict[str, Any]) -> str | None:
+    """The answer's text: a string, or the `text` parts of a list (Databricks' reasoning models)."""
+    value = message.get("content")
+    if isinstance(value, list):
+        return "".join(p.get("text") or "" for p in value if isinstance(p, dict) and p.get("type") == "text")
+    return value if isinstance(value, str) else None
+
+
+def usage_only(choices: Any, obj: dict[str, Any]) -> bool:
+    """A chunk that carries nothing but usage: no choices, or choices with nothing in them (the
+    way LiteLLM writes its usage chunk)."""
+    if not obj.get("usage"):
+        return False
+    return all(
+        isinstance(c, dict) and not c.get("delta") and not c.get("text") and c.get("finish_reason") is None
+        for c in choices
+    )
+
+
+def text_deltas(out: list[Event], text: str, index: int, logprobs: Any, ids: list[int] | None) -> None:
+    """One chunk's text as neutral deltas: one per generated token where the backend says which
+    ids it generated (vLLM holds back a token that ends inside a character and sends it with the
+    next), the text on the last; a token whose text is empty (a matched stop) still counts."""
+    if ids is None or len(ids) < 2:
+        out.append(TextDelta(text, index, logprobs, ids))
+        return
+    per_token = isinstance(logprobs, list) and len(logprobs) == len(ids)
+    for k, token in enumerate(ids[:-1]):
+        out.append(TextDelta("", index, [logprobs[k]] if per_token else None, [token]))
+    out.append(TextDelta(text, index, logprobs[-1:] if per_token else logprobs, ids[-1:]))
 
 
 def error_text(obj: Any) -> str:
@@ -72,16 +122,19 @@ def parse_body(req: Request, body: bytes) -> Answer:
         return EmbeddingResult([d["embedding"] for d in items], usage_from(obj.get("usage")), obj.get("model"))
     choices = []
     for c in obj["choices"]:
+        finish = openai_finish(c.get("finish_reason"), c.get("stop_reason"))
+        ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids
         if req.task is Task.CHAT:
             msg = c.get("message") or {}
             choices.append(
                 Choice(
                     index=c.get("index", 0),
-                    text=msg.get("content") or "",
-                    reasoning=msg.get("reasoning_content"),
+                    text=_content(msg) or "",
+                    reasoning=_reasoning(msg),
                     tool_calls=msg.get("tool_calls") or None,
-                    finish=parse_finish(c.get("finish_reason")),
+                    finish=finish,
                     logprobs=chat_logprobs(c.get("logprobs")),
+                    token_ids=ids,
                 )
             )
         else:
@@ -89,8 +142,9 @@ def parse_body(req: Request, body: bytes) -> Answer:
                 Choice(
                     index=c.get("index", 0),
                     text=c.get("text") or "",
-                    finish=parse_finish(c.get("finish_reason")),
+                    finish=finish,
                     logprobs=completion_logprobs_to_neutral(c.get("logprobs")),
+                    token_ids=ids,
                 )
             )
     return Result(choices, usage_from(obj.get("usage")), obj.get("model"))
@@ -99,12 +153,13 @@ def parse_body(req: Request, body: bytes) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_done", "_finished", "_passthrough")
+    __slots__ = ("_chat", "_done", "_finished", "_passthrough", "_rename")
 
-    def __init__(self, chat: bool, passthrough: bool = False) -> None:
+    def __init__(self, chat: bool, passthrough: bool = False, rename: bytes | None = None) -> None:
         super().__init__()
         self._chat = chat
         self._passthrough = passthrough
+        self._rename = rename
         self._done = False
         self._finished = False
 
@@ -121,15 +176,20 @@ class OpenAIStreamParser(EventParser):
             raise UpstreamError(f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM)
         choices = obj.get("choices") or ()
         if self._passthrough:
-            out.append(Frame(data, usage_only=not choices and bool(obj.get("usage"))))
+            bare = usage_only(choices, obj)
+            final = not bare and any(c.get("finish_reason") is not None for c in choices)
+            fingerprint = obj.get("system_fingerprint") if bare else None
+            payload = data if self._rename is None else renamed(data, "model", self._rename)
+            out.append(Frame(payload, bare, final, fingerprint if isinstance(fingerprint, str) else None))
         for c in choices:
             i = c.get("index", 0)
+            ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids
             if self._chat:
                 delta = c.get("delta") or {}
-                text = delta.get("content")
-                if text:
-                    out.append(TextDelta(text, i, chat_logprobs(c.get("logprobs"))))
-                reasoning = delta.get("reasoning_content")
+                text = _content(delta)
+                if text or ids:
+                    text_deltas(out, text or "", i, chat_logprobs(c.get("logprobs")), ids)
+                reasoning = _reasoning(delta)
                 if reasoning:
                     out.append(ReasoningDelta(reasoning, i))
                 for tc in delta.get("tool_calls") or ():
@@ -139,9 +199,9 @@ class OpenAIStreamParser(EventParser):
                     )
             else:
                 text = c.get("text")
-                if text:
-                    out.append(TextDelta(text, i, completion_logprobs_to_neutral(c.get("logprobs"))))
-            reason = parse_finish(c.get("finish_reason"))
+                if text or ids:
+                    text_deltas(out, text or "", i, completion_logprobs_to_neutral(c.get("logprobs")), ids)
+            reason = openai_finish(c.get("finish_reason"), c.get("stop_reason"))
             if reason is not None:
                 self._finished = True
                 out.append(FinishEvent(reason, i))

@@ -75,7 +75,9 @@ class Flavour:
     completion_model: bool = True  # whole completions name the model
     null_content_with_tools: bool = True  # content is null in an answer that is only tool calls
     always_tool_calls: bool = False  # message.tool_calls even when empty
-    reasoning: bool = True  # reasoning_content is carried
+    # How the model's reasoning is written: OpenAI-style servers' `reasoning_content` field, or
+    # Databricks' content parts (a `reasoning` part with its summary text, then a `text` part).
+    reasoning_parts: bool = False
     logprobs_when_set: bool = False  # a choice's logprobs only when there are some (after finish_reason)
     completion_stop_reason: bool = False  # completion choices carry `stop_reason` (and null logprobs)
     usage: Callable[[Usage | None], dict[str, Any] | None] = usage_object
@@ -101,13 +103,20 @@ def _with_usage(out: dict[str, Any], fl: Flavour, usage: Usage | None) -> bytes:
     return _dumps(out)
 
 
+def reasoning_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}
+
+
 def render_chat(fl: Flavour, result: Result, ctx: RenderContext) -> bytes:
     choices = []
     for c in result.choices:
         content = c.text if (c.text or not c.tool_calls or not fl.null_content_with_tools) else None
         msg: dict[str, Any] = {"role": "assistant", "content": content}
-        if fl.reasoning and c.reasoning is not None:
-            msg["reasoning_content"] = c.reasoning
+        if c.reasoning is not None:
+            if fl.reasoning_parts:
+                msg["content"] = [reasoning_part(c.reasoning), {"type": "text", "text": content or ""}]
+            else:
+                msg["reasoning_content"] = c.reasoning
         if c.tool_calls or fl.always_tool_calls:
             msg["tool_calls"] = c.tool_calls or []
         lp = {"content": c.logprobs} if c.logprobs is not None else None
@@ -271,7 +280,11 @@ class ChunkStream:
             delta = b'{%b"content":%b}' % (self._role, _dumps(ev.text))
         elif t is ReasoningDelta and self._chat:
             assert isinstance(ev, ReasoningDelta)
-            delta, lp = b'{%b"reasoning_content":%b}' % (self._role, _dumps(ev.text)), self._null_lp
+            if self._fl.reasoning_parts:
+                delta = b'{%b"content":[%b]}' % (self._role, _dumps(reasoning_part(ev.text)))
+            else:
+                delta = b'{%b"reasoning_content":%b}' % (self._role, _dumps(ev.text))
+            lp = self._null_lp
         elif t is ToolCallDelta and self._chat:
             assert isinstance(ev, ToolCallDelta)
             delta, lp = b'{%b"tool_calls":[%b]}' % (self._role, _dumps(tool_call_delta(ev))), self._null_lp
@@ -331,6 +344,9 @@ class PassthroughStream:
 
     The gateway always asks the upstream for usage (for its metrics); the usage-only chunk that
     produces is withheld from clients that did not ask for it, unless the flavour forwards it.
+    A server that sends usage puts `system_fingerprint` on the usage chunk instead of the
+    finishing ones (vLLM does): so from the first finishing chunk on, chunks wait for the usage
+    chunk, and go out with its fingerprint added where the server would have put it.
     """
 
     content_type = "text/event-stream"
@@ -338,24 +354,47 @@ class PassthroughStream:
     def __init__(self, fl: Flavour, req: Request) -> None:
         self._fl = fl
         self._include_usage = req.include_usage or fl.passthrough_usage
+        self._held: list[bytes] | None = None
+        self._finals: list[int] = []  # which held chunks finish a choice
 
     def start(self) -> bytes:
         return b""
 
     def render(self, events: list[Event]) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         for ev in events:
-            if type(ev) is Frame:
-                assert isinstance(ev, Frame)
-                if self._include_usage or not ev.usage_only:
-                    parts.append(b"data: " + ev.payload + b"\n\n")
+            if type(ev) is not Frame:
+                continue
+            assert isinstance(ev, Frame)
+            if self._include_usage:
+                parts.append(b"data: " + ev.payload + b"\n\n")
+            elif ev.usage_only:
+                parts.append(self._release(ev.fingerprint))
+            elif self._held is not None or ev.final:
+                held = self._held if self._held is not None else []
+                if ev.final:
+                    self._finals.append(len(held))
+                held.append(ev.payload)
+                self._held = held
+            else:
+                parts.append(b"data: " + ev.payload + b"\n\n")
         return b"".join(parts)
 
+    def _release(self, fingerprint: str | None) -> bytes:
+        held, self._held = self._held or [], None
+        if fingerprint is not None:
+            tail = b',"system_fingerprint":' + _dumps(fingerprint) + b"}"
+            for i in self._finals:
+                if b'"system_fingerprint"' not in held[i] and held[i].endswith(b"}"):
+                    held[i] = held[i][:-1] + tail
+        self._finals = []
+        return b"".join(b"data: " + p + b"\n\n" for p in held)
+
     def error(self, err: GatewayError) -> bytes:
-        return self._fl.error_frame(err)
+        return self._release(None) + self._fl.error_frame(err)
 
     def end(self) -> bytes:
-        return DONE_FRAME
+        return self._release(None) + DONE_FRAME
 
 
 def stream_renderer(fl: Flavour) -> Callable[[Request, RenderContext], StreamRenderer]:

@@ -161,7 +161,9 @@ class CompletionRequest(_Sampling):
     prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
     best_of: int | None = Field(None, ge=1, le=20)
     echo: bool | None = None
-    logprobs: int | None = Field(None, ge=0, le=5)
+    # The public API takes up to 5, vLLM-style servers up to their --max-logprobs (20 unless
+    # set): the backend knows its own limit and says so.
+    logprobs: int | None = Field(None, ge=0)
     suffix: str | None = None
 
 

@@ -51,7 +51,7 @@ FLAVOUR = render.Flavour(
     prompt_sep="",
     prompt_tokens=False,
     input_length=True,
-    detail_tokens_null=False,
+    mindie_token_keys=False,
     unknown_id=0,  # TGI clients require an integer; 0 marks "not known"
     error_frame=_error_frame,
     id_lists=False,
@@ -71,14 +71,40 @@ def neutral_params(p: BaseModel | None) -> neutral.Params:
     return neutral.make(PARAMETERS_IN.read(values))
 
 
+def _warps(p: neutral.Params) -> bool:
+    """Whether TGI would sample because of these settings, do_sample or not."""
+    return (
+        (p.temperature is not None and p.temperature != 1.0)
+        or bool(p.top_k)
+        or (p.top_p is not None and p.top_p < 1.0)
+        or (p.typical_p is not None and p.typical_p < 1.0)
+    )
+
+
 def parse_generate(
-    data: dict[str, Any], model: type[BaseModel], inbound: str, stream: bool, default_max_tokens: int | None = None
+    data: dict[str, Any],
+    model: type[BaseModel],
+    inbound: str,
+    stream: bool,
+    default_max_tokens: int | None = None,
+    tgi_rules: bool = False,
 ) -> Request:
-    """A TGI-shaped body (`inputs` + `parameters`) to a neutral text completion request."""
+    """A TGI-shaped body (`inputs` + `parameters`) to a neutral text completion request.
+
+    `tgi_rules`, TGI's own semantics: a matched stop sequence stays in the text, and a request
+    that neither sets do_sample nor any sampling warper (temperature other than 1, top_k, top_p or
+    typical_p below 1) is decoded greedily, whatever the backend's default.
+    """
     m = validate(model, data)
-    params = neutral_params(getattr(m, "parameters", None))
+    parameters = getattr(m, "parameters", None)
+    params = neutral_params(parameters)
     if params.max_tokens is None and default_max_tokens is not None:
         params = params.replace(max_tokens=default_max_tokens)
+    if tgi_rules:
+        if params.stop and params.include_stop_str_in_output is None:
+            params = params.replace(include_stop_str_in_output=True)
+        if not params.do_sample and not _warps(params):
+            params = params.replace(do_sample=False)
     prompt: str = getattr(m, "inputs")  # noqa: B009 - the field lives on every TGI-shaped model
     return Request(
         task=Task.COMPLETION,
@@ -88,13 +114,16 @@ def parse_generate(
         params=params,
         raw=data,
         wants_token_ids=True,
+        wants_token_details=bool(getattr(parameters, "details", False)),
     )
 
 
 def _parse(stream: bool | None) -> Any:
     def parse(body: bytes, path: PathValues) -> Request:
         data = load_object(body)
-        return parse_generate(data, GenerateRequest, "tgi", bool(data.get("stream")) if stream is None else stream)
+        return parse_generate(
+            data, GenerateRequest, "tgi", bool(data.get("stream")) if stream is None else stream, tgi_rules=True
+        )
 
     return parse
 

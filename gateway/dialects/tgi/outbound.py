@@ -80,7 +80,7 @@ class TGIOutbound:
     forwards_same_wire = False
 
     def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        return Carriage(FATES)
+        return Carriage(FATES, finish_in_band=True)  # the final event carries the last token
 
     def build(self, out: Outgoing) -> UpstreamCall:
         req, backend = out.req, out.backend

@@ -46,7 +46,7 @@ class Flavour:
     prompt_sep: str  # between prompt and output when return_full_text is set
     prompt_tokens: bool  # details carry "prompt_tokens" (MindIE)
     input_length: bool  # stream details carry "input_length" (TGI)
-    detail_tokens_null: bool  # details.tokens are ids with null text/logprob/special (MindIE)
+    mindie_token_keys: bool  # details.tokens keys in MindIE's order (id, logprob, special, text)
     unknown_id: int | None  # what token.id says when the backend gave none
     error_frame: Callable[[GatewayError], bytes]
     # token.id may be a list when one piece of text holds several ids (MindIE); TGI clients
@@ -78,11 +78,29 @@ def render_object(fl: Flavour, result: Result, req: Request) -> dict[str, Any]:
     details["generated_tokens"] = _generated_tokens(u, c.token_ids, 0 if not text else 1)
     details["seed"] = req.params.seed
     details["prefill"] = []
-    if fl.detail_tokens_null:
-        details["tokens"] = [{"id": i, "logprob": None, "special": None, "text": None} for i in c.token_ids or ()]
-    else:
-        details["tokens"] = []
+    details["tokens"] = detail_tokens(fl, c)
     out["details"] = details
+    return out
+
+
+def detail_tokens(fl: Flavour, c: Choice) -> list[dict[str, Any]]:
+    """`details.tokens`: one entry per generated token, with its id, its text and logprob from
+    the backend's logprobs where it sent them, else its text as the tokenizer reads the id."""
+    ids: list[int] = c.token_ids or []
+    entries = c.logprobs if isinstance(c.logprobs, list) and c.logprobs else None
+    if entries is not None and ids and len(entries) != len(ids):
+        entries = None
+    texts = c.tokens if c.tokens is not None and len(c.tokens) == len(ids) else None
+    out = []
+    for k in range(len(ids) or (len(entries) if entries else 0)):
+        entry = entries[k] if entries is not None and isinstance(entries[k], dict) else {}
+        token_id = ids[k] if ids else fl.unknown_id
+        text = entry.get("token", texts[k] if texts else "")
+        logprob = entry.get("logprob")
+        if fl.mindie_token_keys:
+            out.append({"id": token_id, "logprob": logprob, "special": False, "text": text})
+        else:
+            out.append({"id": token_id, "text": text, "logprob": logprob, "special": False})
     return out
 
 
@@ -96,10 +114,13 @@ def render_result(fl: Flavour, array: bool) -> Callable[[Answer, Request, Render
 
 
 class HoldBackRenderer(ABC):
-    """Stream renderer base. TGI and MindIE send the last token inside the final event; when a
-    backend delivers that token and the finish together (TGI and MindIE backends do), it is held
-    for the final event. Otherwise every token goes out the moment it arrives and the final event
-    carries an empty token: no token ever waits for the next one. Subclasses shape the events."""
+    """Stream renderer base. TGI and MindIE send the last token inside the final event, and one
+    event per generated token. A backend that says it is finished with its last token (RenderContext
+    .finish_in_band) has every other token sent the moment it arrives; with any other backend a
+    token cannot be known to be the last until something follows it, so each waits for the next
+    event. A text delta is one event: where a backend says which tokens it generated, its parser
+    made a delta per token (text "" for one that ends inside a character, as TGI sends it).
+    Subclasses shape the events."""
 
     content_type = "text/event-stream"
 
@@ -119,6 +140,7 @@ class HoldBackRenderer(ABC):
         self._t_last = 0.0
         # When the held-back token arrived: ms since the previous one (or since the start).
         self._pending_ms = 0.0
+        self._in_band = ctx.finish_in_band
 
     def start(self) -> bytes:
         return b""
@@ -144,7 +166,11 @@ class HoldBackRenderer(ABC):
                 self._texts.append(ev.text)
                 self._n_deltas += 1
                 self._n_ids += len(ev.token_ids or ())
-                if i == ride:
+                if not self._in_band and self._pending is not None:
+                    # The held token is not the last: a token followed it.
+                    out += self._prefix + _dumps(self.token_event(self._pending, self._pending_ms)) + b"\n\n"
+                    self._pending = None
+                if i == ride or not self._in_band:
                     self._pending, self._pending_ms = ev, ms
                 else:
                     out += self._prefix + _dumps(self.token_event(ev, ms)) + b"\n\n"

@@ -1,21 +1,31 @@
 """Triton as clients speak it: the generate extension plus KServe v2 health and metadata.
 
-The model comes from the path and picks the route; the version, when given, is only echoed.
-Errors are `{"error": "..."}` with Triton's statuses; health answers are empty bodies with 200
-or 400, as Triton gives them. See docs/dialects/triton.md.
+The model comes from the path and picks the route. In front of a Triton server the version, the
+model's metadata, configuration and readiness, and the server's metadata are the server's own
+(the model renamed to the client's name); in front of another dialect's backend the model has
+one version, "1", and the gateway describes what its generate route reads. Errors are
+`{"error": "..."}` with Triton's statuses; health answers are empty bodies with 200 or 400, as
+Triton gives them. See docs/dialects/triton.md.
 """
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
-from gateway import jsonutil
+from gateway import __version__, jsonutil
 from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, RouteView
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.triton import params as names
 from gateway.dialects.triton import render
-from gateway.dialects.triton.schema import GenerateParameters, merged_parameters, model_metadata
+from gateway.dialects.triton.schema import (
+    GenerateParameters,
+    merged_parameters,
+    model_config,
+    model_metadata,
+    server_metadata,
+)
 from gateway.neutral import params as neutral
-from gateway.neutral.errors import GatewayError, InvalidRequest, Kind
+from gateway.neutral.errors import GatewayError, InvalidRequest, Kind, NotFound
 from gateway.neutral.types import Request, Task
 
 # Triton's codes: INVALID_ARG 400, NOT_FOUND 404, INTERNAL 500, UNAVAILABLE 503.
@@ -110,18 +120,42 @@ def path_model(path: PathValues) -> str | None:
 GENERATE = Endpoint(_parse(False), render.render_result, None, path_model)
 GENERATE_STREAM = Endpoint(_parse(True), render.render_result, render.stream_renderer, path_model)
 
-_PLATFORMS = {"trtllm": "ensemble", "vllm": "vllm"}
+# What Triton answers for the readiness of a model it does not have (or not in that version).
+_NOT_READY = Reply(400, jsonutil.dumps({"error": "Model version not ready"}))
 
 
-def _platform(route: RouteView) -> str:
-    flavor = getattr(route.backend.options, "flavor", None)
-    if route.backend.dialect == "triton" and isinstance(flavor, str):
-        return _PLATFORMS.get(flavor, "python")
-    return "python"
 
 
-def _ready(ok: bool) -> Reply:
-    return Reply(200 if ok else 400)
+def _backend_path(route: RouteView, path: PathValues, tail: str = "") -> str | None:
+    """The same path on the route's backend when that is a Triton server (its model name and,
+    unless the client named one, its configured version), else None."""
+    if route.backend.dialect != "triton":
+        return None
+    out = "/v2/models/" + quote(route.backend.model or path["model"], safe="")
+    version = path.get("version") or getattr(route.backend.options, "model_version", None)
+    if version:
+        out += "/versions/" + quote(version, safe="")
+    return out + tail
+
+
+def _renamed(reply: Reply, name: str) -> Reply:
+    """A backend's metadata or config under the name the client used."""
+    if reply.status != 200 or reply.body is None:
+        return reply
+    try:
+        obj = jsonutil.loads(reply.body)
+    except jsonutil.JSONDecodeError:
+        return reply
+    if isinstance(obj, dict) and "name" in obj:
+        obj["name"] = name
+    return Reply(200, jsonutil.dumps(obj))
+
+
+def _version_known(path: PathValues) -> None:
+    """A model served from another dialect's backend has one version, "1"."""
+    version = path.get("version")
+    if version is not None and version != "1":
+        raise NotFound(f"Request for unknown model: '{path['model']}' version {version} is not found")
 
 
 async def live(path: PathValues, group: GroupView) -> Reply:
@@ -129,17 +163,57 @@ async def live(path: PathValues, group: GroupView) -> Reply:
 
 
 async def ready(path: PathValues, group: GroupView) -> Reply:
-    return _ready(await group.ready(group.routes))
+    return Reply(200 if await group.ready(group.routes) else 400)
+
+
+async def server_info(path: PathValues, group: GroupView) -> Reply:
+    """`GET /v2`: the Triton server's own answer where one serves the group, else the gateway's."""
+    for route in group.routes:
+        if route.backend.dialect == "triton":
+            try:
+                reply = await group.fetch(route, "/v2")
+            except GatewayError:
+                continue  # that server is down: another may answer, else the gateway does
+            if reply.status == 200:
+                return Reply(200, reply.body)
+    return Reply(body=jsonutil.dumps(server_metadata(__version__)))
 
 
 async def metadata(path: PathValues, group: GroupView) -> Reply:
     model = path["model"]
     route = group.select(model)
-    return Reply(body=jsonutil.dumps(model_metadata(model, _platform(route))))
+    upstream = _backend_path(route, path)
+    if upstream is not None:
+        return _renamed(await group.fetch(route, upstream), model)
+    _version_known(path)
+    return Reply(body=jsonutil.dumps(model_metadata(model)))
+
+
+async def config(path: PathValues, group: GroupView) -> Reply:
+    model = path["model"]
+    route = group.select(model)
+    upstream = _backend_path(route, path, "/config")
+    if upstream is not None:
+        return _renamed(await group.fetch(route, upstream), model)
+    _version_known(path)
+    return Reply(body=jsonutil.dumps(model_config(model)))
 
 
 async def model_ready(path: PathValues, group: GroupView) -> Reply:
-    return _ready(await group.ready([group.select(path["model"])]))
+    try:
+        route = group.select(path["model"])
+    except NotFound:
+        return _NOT_READY
+    upstream = _backend_path(route, path, "/ready")
+    if upstream is not None:
+        try:
+            reply = await group.fetch(route, upstream)
+        except GatewayError:
+            return _NOT_READY  # a server that cannot be reached has no ready model
+        return Reply(200) if reply.status == 200 else _NOT_READY
+    if path.get("version") not in (None, "1"):
+        return _NOT_READY
+    return Reply(200) if await group.ready([route]) else _NOT_READY
 
 
 def _mounts() -> list[Mount]:
@@ -147,11 +221,13 @@ def _mounts() -> list[Mount]:
         Mount("GET", "/v2/health/live", info=live, auth=False),
         Mount("GET", "/v2/health/ready", info=ready, auth=False),
     ]
+    out.append(Mount("GET", "/v2", info=server_info))
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         out += [
             Mount("POST", base + "/generate", GENERATE),
             Mount("POST", base + "/generate_stream", GENERATE_STREAM),
             Mount("GET", base, info=metadata),
+            Mount("GET", base + "/config", info=config),
             Mount("GET", base + "/ready", info=model_ready, auth=False),
         ]
     return out

@@ -18,7 +18,7 @@ from gateway.adapters import Tokenizer, optional_tokenizer
 from gateway.adapters.prompt import prompt_text
 from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
 from gateway.dialects.triton import params as names
-from gateway.dialects.triton.reading import CallState, TritonStreamParser, error_text, parse_body
+from gateway.dialects.triton.reading import CallState, TritonStreamParser, error_body_text, parse_body
 from gateway.dialects.triton.schema import Options
 from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, Params
@@ -165,12 +165,17 @@ class TritonOutbound:
     forwards_same_wire = True
 
     def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        return Carriage(FATES[_options(backend).flavor])
+        flavor = _options(backend).flavor
+        # The vLLM backend (asked for its finish reason) and MindIE (asked for details) say a
+        # sequence is finished in the event with its last text; TRT-LLM's stream just ends.
+        return Carriage(FATES[flavor], finish_in_band=flavor != "trtllm")
 
-    def _path(self, opts: Options, model: str, stream: bool) -> str:
+    def _path(self, opts: Options, model: str, stream: bool, version: str | None) -> str:
+        """The generate path; the version the client named, else the configured one, if any."""
         base = "/v2/models/" + quote(model, safe="")
-        if opts.model_version:
-            base += "/versions/" + opts.model_version
+        version = version or opts.model_version
+        if version:
+            base += "/versions/" + quote(version, safe="")
         return base + ("/generate_stream" if stream else "/generate")
 
     def build(self, out: Outgoing) -> UpstreamCall:
@@ -181,14 +186,19 @@ class TritonOutbound:
                 f"backend {backend.name!r} (triton generate) cannot compute embeddings", code="unsupported_task"
             )
         model = backend.model or client_model_name(req.model)
-        path = self._path(opts, model, req.stream)
+        path = self._path(opts, model, req.stream, req.path_params.get("version"))
         if out.same_wire and req.raw is not None:
+            # The client speaks this server's wire: its body goes as it is, and the answer comes
+            # back as it is, but for the model's name when the route exposes another.
             raw = req.raw
             details = raw.get("details", (raw.get("parameters") or {}).get("details"))
             st = CallState(opts.flavor, raw.get("text_input") or "", req.params.max_tokens)
             st.expect_final = opts.flavor == "mindie" and details is True
+            st.passthrough = True
+            if req.model is not None and req.model != model:
+                st.rename = jsonutil.dumps(req.model)
             _count_prompt(st, optional_tokenizer(backend), asked=bool(raw.get("return_num_input_tokens")))
-            return UpstreamCall(path, jsonutil.dumps(raw), req.stream, state=st)
+            return UpstreamCall(path, jsonutil.dumps(raw), req.stream, passthrough=True, state=st)
         prompt = prompt_text(req, backend)
         p = req.params
         max_tokens = p.max_tokens or opts.default_max_tokens
@@ -210,10 +220,7 @@ class TritonOutbound:
         return TritonStreamParser(call.state)
 
     def error_message(self, status: int, body: bytes) -> str:
-        try:
-            return error_text(jsonutil.loads(body))
-        except jsonutil.JSONDecodeError:
-            return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return error_body_text(body)
 
     def health_path(self, backend: BackendView) -> str:
         opts = _options(backend)

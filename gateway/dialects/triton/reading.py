@@ -7,14 +7,14 @@ streams have no terminator, so the end of the body is a normal end; only MindIE,
 details, promises a final event, and its absence means the stream was cut short.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
-from gateway.codec.parsing import EventParser
-from gateway.neutral.errors import UpstreamClass, UpstreamError
-from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
+from gateway.codec.parsing import EventParser, renamed
+from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError
+from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent
 from gateway.neutral.finish import parse_finish
 from gateway.neutral.types import Choice, Finish, Result, Usage
 
@@ -32,6 +32,25 @@ class CallState:
     tokenizer: Any = None
     # Counted with the tokenizer when the request was built, for servers that do not report it.
     prompt_tokens: int | None = None
+    # A client of Triton's own wire takes the answer as it came, with `model_name` saying the
+    # name the client used (JSON bytes) when the route exposes the model under another.
+    passthrough: bool = False
+    rename: bytes | None = None
+
+    def relay(self, data: bytes) -> bytes:
+        """An answer or event as the client gets it on a pass-through: the model renamed."""
+        return data if self.rename is None else renamed(data, "model_name", self.rename)
+
+
+def error_body_text(body: bytes) -> str:
+    """The message of an error body: JSON, or (from a streaming path) an SSE event holding it."""
+    text = body.strip()
+    if text.startswith(b"data:"):
+        text = text[5:].split(b"\n", 1)[0].strip()
+    try:
+        return error_text(jsonutil.loads(text))
+    except jsonutil.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
 
 
 def error_text(obj: Any) -> str:
@@ -68,16 +87,28 @@ class Reader:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     text: list[str] = field(default_factory=list)
+    # A finish was read in the event that carried it (vLLM's finish_reason, MindIE's details).
+    fresh_finish: bool = False
 
     def take(self, obj: Any, midstream: bool) -> str:
         if not isinstance(obj, dict):
             raise ValueError("not an object")
         if "error" in obj:
-            where = "mid-stream" if midstream else "in a 200 answer"
-            raise UpstreamError(
-                f"backend error {where}: {error_text(obj)}",
-                upstream_class=UpstreamClass.MIDSTREAM if midstream else UpstreamClass.PROTOCOL,
-            )
+            if midstream:
+                raise UpstreamError(
+                    f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM
+                )
+            # Triton answers 200 with an error when the request did not fit the model (`stream`
+            # on /generate of a decoupled model): the client's 400 when it wrote the request,
+            # else the gateway's config did not fit the model.
+            if self.st.passthrough:
+                raise UpstreamError(
+                    f"backend refused the request: {error_text(obj)}",
+                    upstream_class=UpstreamClass.STATUS_4XX,
+                    status=400,
+                    kind=Kind.VALIDATION,
+                )
+            raise UpstreamError(f"backend error in a 200 answer: {error_text(obj)}")
         text = _first(obj.get("text_output"))
         text = text if isinstance(text, str) else ""
         flavor = self.st.flavor
@@ -87,6 +118,7 @@ class Reader:
                 reason = parse_finish(_first(obj["finish_reason"]))
                 if reason is not None:
                     self.finish = reason
+                    self.fresh_finish = True
             n_in = _first(obj.get("num_input_tokens"))
             if isinstance(n_in, int):
                 self.prompt_tokens = n_in
@@ -99,6 +131,7 @@ class Reader:
                 reason = parse_finish(details.get("finish_reason"))
                 if reason is not None:
                     self.finish = reason
+                    self.fresh_finish = True
                 gen = details.get("generated_tokens")
                 if isinstance(gen, int):
                     self.completion_tokens = gen  # a running total in streams
@@ -155,28 +188,39 @@ def parse_body(st: CallState, body: bytes) -> Result:
         cut, stopped = matcher.feed(text)
         text = cut if stopped else cut + matcher.flush()
     finish, usage = reader.conclude(stream=False, stopped=stopped)
-    return Result([Choice(0, text, finish=finish)], usage, obj.get("model_name") if isinstance(obj, dict) else None)
+    result = Result([Choice(0, text, finish=finish)], usage, obj.get("model_name") if isinstance(obj, dict) else None)
+    return replace(result, passthrough=st.relay(body)) if st.passthrough else result
 
 
 class TritonStreamParser(EventParser):
-    """`data:` events (with or without the space) to neutral events; finish and usage at the end."""
+    """`data:` events (with or without the space) to neutral events. A finish the backend sends
+    with the last text goes out with it; otherwise the finish, and usage always, at the end."""
 
-    __slots__ = ("_matcher", "_reader", "_stopped")
+    __slots__ = ("_finished", "_matcher", "_reader", "_st", "_stopped")
 
     def __init__(self, st: CallState) -> None:
         super().__init__()
+        self._st = st
         self._reader = Reader(st)
         self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
         self._stopped = False
+        self._finished = False
 
     def on_event(self, data: bytes, out: list[Event]) -> None:
-        text = self._reader.take(jsonutil.loads(data), midstream=True)
+        reader = self._reader
+        text = reader.take(jsonutil.loads(data), midstream=True)
+        if self._st.passthrough:
+            out.append(Frame(self._st.relay(data)))
         if self._matcher is not None:
             if self._stopped:
                 return
             text, self._stopped = self._matcher.feed(text)
         if text:
             out.append(TextDelta(text))
+        if reader.fresh_finish and reader.finish is not None and not self._finished and not self._stopped:
+            reader.fresh_finish = False
+            self._finished = True
+            out.append(FinishEvent(reader.finish))
 
     def on_end(self, out: list[Event]) -> None:
         if self._matcher is not None and not self._stopped:
@@ -184,7 +228,7 @@ class TritonStreamParser(EventParser):
             if rest:
                 out.append(TextDelta(rest))
         finish, usage = self._reader.conclude(stream=True, stopped=self._stopped)
-        if finish is not None:
+        if finish is not None and not self._finished:
             out.append(FinishEvent(finish))
         if usage is not None:
             out.append(UsageEvent(usage))

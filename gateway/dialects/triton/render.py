@@ -19,7 +19,7 @@ from gateway import jsonutil
 from gateway.codec.contract import RenderContext
 from gateway.dialects.triton.schema import flag
 from gateway.neutral.errors import GatewayError
-from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
 
 _dumps = jsonutil.dumps
@@ -208,5 +208,23 @@ class TritonStreamRenderer:
         return b""
 
 
-def stream_renderer(req: Request, ctx: RenderContext) -> TritonStreamRenderer:
-    return TritonStreamRenderer(req, ctx)
+class PassthroughStream:
+    """A Triton backend's events for a client of Triton's wire, as they came (see reading)."""
+
+    content_type = "text/event-stream; charset=utf-8"
+
+    def start(self) -> bytes:
+        return b""
+
+    def render(self, events: list[Event]) -> bytes:
+        return b"".join(b"data: " + ev.payload + b"\n\n" for ev in events if type(ev) is Frame)
+
+    def error(self, err: GatewayError) -> bytes:
+        return error_event(err)
+
+    def end(self) -> bytes:
+        return b""
+
+
+def stream_renderer(req: Request, ctx: RenderContext) -> TritonStreamRenderer | PassthroughStream:
+    return PassthroughStream() if ctx.passthrough else TritonStreamRenderer(req, ctx)

@@ -160,26 +160,74 @@ class Options(BaseModel):
     count_tokens: bool = True
 
 
-def model_metadata(name: str, platform: str) -> dict[str, Any]:
-    """KServe v2 model metadata for a generate model, as TRT-LLM and vLLM models declare it."""
+# What the gateway's own generate route reads (GenerateParameters), as Triton tensors: name,
+# KServe datatype, config data type, shape. Lists are stop and bad words; all else is one value.
+_INPUTS: tuple[tuple[str, str, str, int], ...] = (
+    ("text_input", "BYTES", "TYPE_STRING", 1),
+    ("max_tokens", "INT32", "TYPE_INT32", 1),
+    ("stop_words", "BYTES", "TYPE_STRING", -1),
+    ("bad_words", "BYTES", "TYPE_STRING", -1),
+    ("temperature", "FP32", "TYPE_FP32", 1),
+    ("top_p", "FP32", "TYPE_FP32", 1),
+    ("top_k", "INT32", "TYPE_INT32", 1),
+    ("min_p", "FP32", "TYPE_FP32", 1),
+    ("typical_p", "FP32", "TYPE_FP32", 1),
+    ("random_seed", "UINT64", "TYPE_UINT64", 1),
+    ("repetition_penalty", "FP32", "TYPE_FP32", 1),
+    ("presence_penalty", "FP32", "TYPE_FP32", 1),
+    ("frequency_penalty", "FP32", "TYPE_FP32", 1),
+    ("min_tokens", "INT32", "TYPE_INT32", 1),
+    ("beam_width", "INT32", "TYPE_INT32", 1),
+    ("sampling_parameters", "BYTES", "TYPE_STRING", 1),
+    ("stream", "BOOL", "TYPE_BOOL", 1),
+    ("exclude_input_in_output", "BOOL", "TYPE_BOOL", 1),
+    ("return_finish_reason", "BOOL", "TYPE_BOOL", 1),
+    ("return_num_input_tokens", "BOOL", "TYPE_BOOL", 1),
+    ("return_num_output_tokens", "BOOL", "TYPE_BOOL", 1),
+)
+_OUTPUTS: tuple[tuple[str, str, str, int], ...] = (
+    ("text_output", "BYTES", "TYPE_STRING", -1),
+    ("finish_reason", "BYTES", "TYPE_STRING", -1),
+    ("num_input_tokens", "UINT32", "TYPE_UINT32", 1),
+    ("num_output_tokens", "UINT32", "TYPE_UINT32", 1),
+)
+GATEWAY_PLATFORM = "gateway"
 
-    def t(n: str, dt: str) -> dict[str, Any]:
-        return {"name": n, "datatype": dt, "shape": [-1]}
+
+def model_metadata(name: str) -> dict[str, Any]:
+    """KServe v2 metadata of a model the gateway serves from a backend of another dialect: the
+    inputs its generate route reads (every one but text_input optional) and the outputs it can
+    give (all but text_output only when asked)."""
+
+    def t(n: str, dt: str, dims: int) -> dict[str, Any]:
+        return {"name": n, "datatype": dt, "shape": [dims]}
 
     return {
         "name": name,
         "versions": ["1"],
-        "platform": platform,
-        "inputs": [
-            t("text_input", "BYTES"),
-            t("max_tokens", "INT32"),
-            t("stop_words", "BYTES"),
-            t("bad_words", "BYTES"),
-            t("temperature", "FP32"),
-            t("top_k", "INT32"),
-            t("top_p", "FP32"),
-            t("random_seed", "UINT64"),
-            t("stream", "BOOL"),
-        ],
-        "outputs": [t("text_output", "BYTES")],
+        "platform": GATEWAY_PLATFORM,
+        "inputs": [t(n, dt, d) for n, dt, _, d in _INPUTS],
+        "outputs": [t(n, dt, d) for n, dt, _, d in _OUTPUTS],
     }
+
+
+def model_config(name: str) -> dict[str, Any]:
+    """The model configuration matching `model_metadata`: one request at a time, decoupled (it
+    streams on /generate_stream)."""
+
+    def t(n: str, ct: str, dims: int, optional: bool) -> dict[str, Any]:
+        return {"name": n, "data_type": ct, "dims": [dims], "optional": optional}
+
+    return {
+        "name": name,
+        "platform": GATEWAY_PLATFORM,
+        "max_batch_size": 0,
+        "input": [t(n, ct, d, n != "text_input") for n, _, ct, d in _INPUTS],
+        "output": [t(n, ct, d, False) for n, _, ct, d in _OUTPUTS],
+        "model_transaction_policy": {"decoupled": True},
+    }
+
+
+def server_metadata(version: str) -> dict[str, Any]:
+    """The gateway's own `GET /v2` answer, where no Triton server stands behind the route."""
+    return {"name": "llm-gateway", "version": version, "extensions": ["model_configuration"]}
