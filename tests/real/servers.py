@@ -11,9 +11,11 @@ torch, which this machine kind keeps on disk and pip finds there.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +34,13 @@ PYTRITON = "nvidia-pytriton==0.7.0"
 # take transformers' model imports down with them. Nothing the tests run needs them.
 VLLM_UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 TRITON_MODELS = ("minimal", "ensemble", "vllm_model")
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it starts: the kernel ends it when the process that
+    started it ends, however that one ends (a killed test run leaves no server behind)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -139,7 +148,9 @@ def start_vllm(model: Path, name: str = "tiny") -> Server:
     cmd += ["--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--max-model-len", "512", "--dtype", "float32", "--seed", "0", "--disable-log-stats"]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=CACHE)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=CACHE, preexec_fn=_die_with_parent
+        )
     url = f"http://127.0.0.1:{port}"
     _log(f"starting vLLM on {url}")
     wait_ready(url + "/v1/models", proc, 600, log)
@@ -161,7 +172,9 @@ def start_triton() -> Server:
     env = {**os.environ, "LD_LIBRARY_PATH": ":".join(p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p)}
     cmd = [str(python), str(HERE / "triton_models.py"), str(port)]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=CACHE)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=CACHE, preexec_fn=_die_with_parent
+        )
     url = f"http://127.0.0.1:{port}"
     _log(f"starting Triton on {url}")
     # The server is ready before PyTriton has loaded the models into it: wait for each.
@@ -172,6 +185,8 @@ def start_triton() -> Server:
 
 if __name__ == "__main__":
     # Start both servers and keep them up; the tier then reuses them through the variables printed.
+    # SIGTERM stops them as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     vllm_server = start_vllm(tiny_model())
     triton_server = start_triton()
     print(f"export GATEWAY_REAL_VLLM={vllm_server.url} GATEWAY_REAL_TRITON={triton_server.url}", flush=True)
