@@ -135,8 +135,31 @@ class Backend(_Strict):
     simulate: bool = False
     model: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    # The longest wait for the backend's next byte (a whole answer's headers, a stream's next chunk).
     timeout_s: float = Field(600.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
+    # The longest wait for the response headers (unset: timeout_s). A whole answer's headers come
+    # when it is generated, so set it below timeout_s only where that is quick, or for streams.
+    first_byte_timeout_s: float | None = Field(None, gt=0)
+    # Further replicas tried for one request when one fails before answering; a pause of about
+    # retry_backoff_s (jittered, doubling) before each.
+    retries: int = Field(2, ge=0, le=10)
+    retry_backoff_s: float = Field(0.05, ge=0)
+    # Also try another replica after a reset or a timeout once the request was sent: the first
+    # may then be generating the same answer, so this is for backends where that is harmless.
+    retry_on_timeout: bool = False
+    # A replica failing this many times in a row (connect failures, resets, timeouts, 5xx) is
+    # left out for eject_base_s, doubling while it keeps failing, up to eject_max_s.
+    eject_after: int = Field(3, ge=1)
+    eject_base_s: float = Field(5.0, gt=0)
+    eject_max_s: float = Field(120.0, gt=0)
+    # Upstream requests in flight to this backend at once (unset: no limit of its own); more wait,
+    # by priority then arrival, up to max_queued of them for queue_timeout_s; past that, 429.
+    max_concurrent: int | None = Field(None, gt=0)
+    max_queued: int = Field(256, ge=0)
+    queue_timeout_s: float = Field(30.0, gt=0)
+    # The longest a request may take from arrival to its last byte (unset: no such limit).
+    max_duration_s: float | None = Field(None, gt=0)
     # Connections open to this backend at once (all replicas); more requests wait for one.
     max_connections: int = Field(256, gt=0)
     tokenizer: str | None = None
@@ -157,6 +180,15 @@ class Backend(_Strict):
         if self.url:
             return [self.url]
         return list(self.urls or [])
+
+
+class Shutdown(_Strict):
+    """What SIGTERM does: /readyz says 503 at once; connections are still taken for
+    drain_delay_s (so load balancers notice), then no more; requests in flight get grace_s to
+    finish, and streams still open then end with their dialect's in-band error."""
+
+    drain_delay_s: float = Field(5.0, ge=0)
+    grace_s: float = Field(30.0, ge=0)
 
 
 class Route(_Strict):
@@ -180,6 +212,7 @@ class Config(_Strict):
     limits: Limits = Field(default_factory=Limits)
     metrics: Metrics = Field(default_factory=Metrics)
     logging: Logging = Field(default_factory=Logging)
+    shutdown: Shutdown = Field(default_factory=Shutdown)
     backends: dict[str, Backend]
     routes: list[Route]
 

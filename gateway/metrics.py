@@ -136,6 +136,37 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        # 1 while a replica takes requests, 0 while it is left out after failing (ejected).
+        self.replica_up = Gauge(
+            "gateway_backend_replica_up",
+            "Whether a backend replica is taking requests (0 while ejected after failures)",
+            ["backend", "replica"],
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        # Requests waiting for one of a backend's max_concurrent slots.
+        self.queued = Gauge(
+            "gateway_backend_queued_requests",
+            "Requests waiting for a backend slot",
+            ["backend"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        # Configuration loads: at start and on each reload (result: live or rejected), and the
+        # hash of the configuration that is live.
+        self.config_loads = Counter(
+            "gateway_config_loads",
+            "Configuration loads, at start and on reload",
+            ["result"],
+            registry=r,
+        )
+        self.config_info = Gauge(
+            "gateway_config_info",
+            "The configuration that is live (1 for its hash)",
+            ["hash"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
 
     def route(self, route: str, backend: str) -> RouteMetrics:
         rm = self._routes.get((route, backend))

@@ -97,6 +97,13 @@ class Overloaded(GatewayError):
     kind = Kind.OVERLOADED
 
 
+class Unavailable(GatewayError):
+    """The gateway itself cannot serve now (it is shutting down)."""
+
+    status = 503
+    kind = Kind.UNAVAILABLE
+
+
 class UpstreamError(GatewayError):
     """The backend failed. `upstream_class` labels the metric.
 

@@ -28,6 +28,7 @@ from gateway.neutral.errors import (
     PayloadTooLarge,
     RequestTimeout,
     Unauthorized,
+    Unavailable,
     UpstreamError,
 )
 from gateway.neutral.types import Request
@@ -61,6 +62,17 @@ class Services:
     budget: Budget
     trusted_proxies: list[Network] = field(default_factory=list)
     access_log: bool = True  # off for the gateway's in-process simulated backends
+    # Streams being written, so that a shutdown past its grace period can end each one the
+    # dialect's way (an in-band error and the terminator) instead of cutting its socket.
+    streams: set["asyncio.Task[object]"] = field(default_factory=set)
+    ending: bool = False
+
+    def end_streams(self) -> int:
+        """End every stream still being written; how many there were."""
+        self.ending = True
+        for task in list(self.streams):
+            task.cancel()
+        return len(self.streams)
 
     @classmethod
     def of(cls, metrics: Metrics, limits: Limits, api_keys: Iterable[str] | None = None) -> "Services":
@@ -201,7 +213,9 @@ async def _stream(
     request: web.Request, ep: Endpoint, route: Route, req: Request, plan: Plan, ctx: RenderContext, ex: Exchange
 ) -> web.StreamResponse:
     assert ep.stream_renderer is not None
+    svc = request.app[SERVICES]
     stream = await route.engine.open_stream(plan)
+    task = asyncio.current_task()
     try:
         renderer = ep.stream_renderer(req, ctx)
         # Wait for the first events before sending headers: a backend that fails at once
@@ -221,6 +235,8 @@ async def _stream(
         except ConnectionResetError:
             ex.disconnect = "before_first_token"
             return resp
+        if task is not None:
+            svc.streams.add(task)
         try:
             out = renderer.start()
             if first:
@@ -243,6 +259,13 @@ async def _stream(
             if isinstance(e, UpstreamError):
                 ex.upstream_error = e.upstream_class.value
             tail = renderer.error(e) + renderer.end()
+        except asyncio.CancelledError:
+            if not svc.ending or task is None:
+                raise  # the client left
+            # The gateway is stopping and the grace period is over: the stream ends its
+            # dialect's way, and the upstream is closed on the way out.
+            task.uncancel()
+            tail = renderer.error(Unavailable("the gateway is shutting down")) + renderer.end()
         except Exception:
             # A bug must not leave the client hanging on a half-written stream.
             log.exception("unhandled error while streaming %s", request.path)
@@ -255,4 +278,6 @@ async def _stream(
             ex.disconnect = "streaming"
         return resp
     finally:
+        if task is not None:
+            svc.streams.discard(task)
         await stream.aclose()
