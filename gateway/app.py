@@ -2,6 +2,10 @@
 
 Each backend has its own pooled ClientSession; the sessions and the in-process simulated
 backends live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
+
+A serving process may run several apps one after another, one per configuration it loads
+(gateway.lifecycle): those share one `Metrics`, and what belongs to the process rather than to a
+configuration (the event-loop lag watch, a separate metrics listener) runs in `process_metrics`.
 """
 
 import asyncio
@@ -31,10 +35,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BACKENDS = web.AppKey("backends", dict[str, Backend])
 
 
-def create_app(config: Config) -> web.Application:
+def create_app(config: Config, metrics: Metrics | None = None) -> web.Application:
+    """The gateway app for `config`. Given `metrics`, the caller owns them and runs their
+    process-wide parts itself (`process_metrics`); otherwise the app makes and runs its own."""
     shapes = ErrorShapes()
     app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[error_middleware(shapes)])
-    metrics = Metrics()
+    own_metrics = metrics is None
+    if metrics is None:
+        metrics = Metrics()
     # Secrets are known from here on: scrub them from every log record, whoever logs it.
     install_redaction()
     REDACT.add(config.auth.keys() if config.auth else ())
@@ -45,6 +53,8 @@ def create_app(config: Config) -> web.Application:
     app[SERVICES] = svc
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
     app[BACKENDS] = backends
+    for b in backends.values():
+        _watch_backend(b, metrics)
     readiness = Readiness(list(backends.values()))
     app[READINESS] = readiness
 
@@ -62,23 +72,54 @@ def create_app(config: Config) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
 
-    async def metrics_handler(request: web.Request) -> web.Response:
-        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
-
     if config.metrics.port is None:
-        app.router.add_get(config.metrics.path, metrics_handler)
-    else:
-        app.cleanup_ctx.append(_metrics_listener(config, metrics_handler))
+        app.router.add_get(config.metrics.path, _metrics_handler(metrics))
+    elif own_metrics:
+        app.cleanup_ctx.append(_metrics_listener(config, _metrics_handler(metrics)))
 
     simulated = [b for b in backends.values() if b.conf.simulate]
     if simulated:
         app.cleanup_ctx.append(_simulated_backends(simulated))
     app.cleanup_ctx.append(_client_sessions(list(backends.values())))
-    app.cleanup_ctx.append(_loop_lag(metrics))
+    if own_metrics:
+        app.cleanup_ctx.append(_loop_lag(metrics))
     with_tokenizer = [b for b in backends.values() if b.conf.tokenizer]
     if with_tokenizer:
         app.on_startup.append(_preload_tokenizers(with_tokenizer))
     return app
+
+
+@contextlib.asynccontextmanager
+async def process_metrics(config: Config, metrics: Metrics) -> AsyncIterator[None]:
+    """For apps made with a shared `metrics`: the event-loop lag watch, and the separate metrics
+    listener when `metrics.port` is set (on the port and path `config` gives)."""
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(_watching_loop_lag(metrics))
+        if config.metrics.port is not None:
+            await stack.enter_async_context(_serving_metrics(config, _metrics_handler(metrics)))
+        yield
+
+
+def _metrics_handler(metrics: Metrics) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    return handler
+
+
+def _watch_backend(b: Backend, metrics: Metrics) -> None:
+    """The backend's replica states and queue length, as metrics."""
+    if not metrics.enabled:
+        return
+    up = metrics.replica_up
+
+    def changed(replica: int, is_up: bool) -> None:
+        up.labels(b.name, str(replica)).set(1 if is_up else 0)
+
+    b.health.watch(changed)
+    if b.gate is not None:
+        queued = metrics.queued.labels(b.name)
+        b.gate.watch(queued.set)
 
 
 def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def]
@@ -128,29 +169,45 @@ def _client_sessions(backends: list[Backend]):  # type: ignore[no-untyped-def]
     return ctx
 
 
-def _loop_lag(metrics: Metrics):  # type: ignore[no-untyped-def]
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(watch_loop_lag(metrics.loop_lag))
+@contextlib.asynccontextmanager
+async def _watching_loop_lag(metrics: Metrics) -> AsyncIterator[None]:
+    task = asyncio.create_task(watch_loop_lag(metrics.loop_lag))
+    try:
         yield
+    finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
+
+def _loop_lag(metrics: Metrics):  # type: ignore[no-untyped-def]
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        async with _watching_loop_lag(metrics):
+            yield
+
     return ctx
 
 
-def _metrics_listener(config: Config, handler: Handler):  # type: ignore[no-untyped-def]
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        mapp = web.Application()
-        mapp.router.add_get(config.metrics.path, handler)
-        runner = web.AppRunner(mapp, access_log=None)
-        await runner.setup()
+@contextlib.asynccontextmanager
+async def _serving_metrics(config: Config, handler: Handler) -> AsyncIterator[None]:
+    mapp = web.Application()
+    mapp.router.add_get(config.metrics.path, handler)
+    runner = web.AppRunner(mapp, access_log=None)
+    await runner.setup()
+    try:
         # Worker processes share the metrics port as they share the main one; any of them
         # answers a scrape with the aggregate of all.
         shared = multiprocess_dir() is not None
         await web.TCPSite(runner, config.listen.host, config.metrics.port, reuse_port=shared or None).start()
         log.info("metrics on http://%s:%s%s", config.listen.host, config.metrics.port, config.metrics.path)
         yield
+    finally:
         await runner.cleanup()
+
+
+def _metrics_listener(config: Config, handler: Handler):  # type: ignore[no-untyped-def]
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        async with _serving_metrics(config, handler):
+            yield
 
     return ctx

@@ -7,14 +7,9 @@ import sys
 from typing import Any
 
 from gateway import jsonutil
-from gateway.config import Config, ConfigError, embedded_default, load_config
+from gateway.config import ConfigError, load_config
 
 log = logging.getLogger("gateway")
-
-
-def _load(path: str | None) -> Config:
-    path = path or os.environ.get("GATEWAY_CONFIG")
-    return load_config(path) if path else embedded_default()
 
 
 def _config_failed(e: ConfigError) -> int:
@@ -24,10 +19,16 @@ def _config_failed(e: ConfigError) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from gateway.reload import ConfigSource
+
+    source = ConfigSource.given(args.config)
     try:
-        config = _load(args.config)
+        # Certificate files the config names are checked too: a missing or bad one is a config
+        # error (exit 2), not a failure to listen.
+        loaded = source.load()
     except ConfigError as e:
         return _config_failed(e)
+    config = loaded.config
     from gateway import logs
 
     logs.setup(config.logging.format, args.log_level or config.logging.level)
@@ -38,33 +39,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("--workers must be at least 1", file=sys.stderr)
         return 2
+    if args.watch_config and source.path is None:
+        log.warning(
+            "--watch-config: no configuration file was given (the embedded default is in use): nothing to watch"
+        )
     if args.workers > 1:
         from gateway.workers import serve_workers
 
-        return serve_workers(
-            config, host, port, args.workers, config.logging.format, args.log_level or config.logging.level
-        )
-    from gateway.app import create_app
+        return serve_workers(source, loaded, host, port, args.workers, args.log_level, args.watch_config)
+    from gateway.lifecycle import Gateway
+    from gateway.server import run_loop
 
-    # Certificates are files the config names: a missing or bad one is a config error (exit 2),
-    # not a failure to listen.
-    from gateway.server import listen_ssl, run_loop, serve
-
+    gateway = Gateway(source, loaded, host, port, log_level=args.log_level, watch=args.watch_config)
     try:
-        ssl_context = listen_ssl(config)
-    except OSError as e:
-        print(f"config error: listen.tls: cannot load the certificate or key: {e}", file=sys.stderr)
-        return 2
-    from gateway.proxy.routing import make_ssl
-
-    for name, b in config.backends.items():
-        try:
-            make_ssl(b.tls)
-        except OSError as e:
-            print(f"config error: backends.{name}.tls: cannot load a certificate, key or CA file: {e}", file=sys.stderr)
-            return 2
-    try:
-        run_loop(serve(create_app(config), host, port, config.limits, ssl_context))
+        run_loop(gateway.run())
     except OSError as e:
         print(f"cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
         return 1
@@ -138,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (SO_REUSEPORT); default 1")
+    s.add_argument(
+        "--watch-config",
+        action="store_true",
+        help="reload the config file when it (or a certificate file it names) changes, as SIGHUP does",
+    )
     s.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("check-config", help="validate a config file and print its routes")

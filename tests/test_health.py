@@ -57,7 +57,9 @@ async def test_readyz_ready_when_every_backend_answers(make_gateway, upstream):
     assert body["backends"]["good"] == {
         "dialect": "openai",
         "ready": True,
-        "replicas": [{"replica": 0, "path": "/v1/models", "ready": True, "status": 200}],
+        "replicas": [
+            {"replica": 0, "path": "/v1/models", "ready": True, "status": 200, "ejected": False, "failures_in_a_row": 0}
+        ],
     }
     assert sorted(rec.path for rec in upstream.requests) == ["/prefix/v1/models", "/v1/models"]
     # Probes carry the backend's own credentials, like any call to it.
@@ -82,6 +84,9 @@ async def test_readyz_names_the_backend_that_is_down(make_gateway, upstream, unu
             "path": "/v1/models",
             "ready": False,
             "error": "ClientConnectorError",
+            # One failed probe counts as one failure; three in a row take the replica out.
+            "ejected": False,
+            "failures_in_a_row": 1,
         }
     ]
 

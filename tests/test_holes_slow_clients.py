@@ -1,6 +1,6 @@
 """Slow and oversized clients, spoken to with raw sockets against the gateway's real server.
 
-The header deadline and header size cap live in the connection protocol (gateway.server), so
+The header deadline and header size cap live in the connection protocol (gateway.protocol), so
 these tests run the gateway as `gateway serve` runs it, not through aiohttp's test server. The
 deadlines are set short; every assertion waits on an event (a byte, a closed socket), never on
 a stopwatch.
@@ -18,7 +18,7 @@ import pytest
 from gateway import jsonutil, logs
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.server import make_runner
+from gateway.protocol import make_runner
 from tests.conftest import one_route
 from tests.fixtures.openai.wire import raw
 from tests.support import raw_reply

@@ -43,6 +43,8 @@ class GatewayError(Exception):
     # get as it came.
     body: bytes | None = None
     body_type: str = "application/json"
+    # When to ask again (a Retry-After value: seconds or an HTTP date), for overload answers.
+    retry_after: str | None = None
 
     def __init__(
         self,
@@ -93,8 +95,19 @@ class Unsupported(GatewayError):
 
 
 class Overloaded(GatewayError):
+    """The gateway is at one of its own limits: ask again shortly."""
+
     status = 503
     kind = Kind.OVERLOADED
+    retry_after = "1"
+
+
+class RateLimited(GatewayError):
+    """A backend's queue is full, or a request waited in it too long."""
+
+    status = 429
+    kind = Kind.RATE_LIMIT
+    retry_after = "1"
 
 
 class Unavailable(GatewayError):
@@ -143,7 +156,24 @@ class UpstreamTimeout(UpstreamError):
 
 
 def upstream_status_error(
-    status: int, message: str, backend: str, body: bytes | None = None, body_type: str = "application/json"
+    status: int,
+    message: str,
+    backend: str,
+    body: bytes | None = None,
+    body_type: str = "application/json",
+    retry_after: str | None = None,
+) -> UpstreamError:
+    """The error a backend's non-2xx answer is to the client, with the backend's Retry-After
+    kept on a 429 or 503."""
+    err = _status_error(status, message, backend, body, body_type)
+    if retry_after and status in (429, 503):
+        # The backend says when to ask again: the client hears it, in its own dialect's answer.
+        err.retry_after = retry_after
+    return err
+
+
+def _status_error(
+    status: int, message: str, backend: str, body: bytes | None, body_type: str
 ) -> UpstreamError:
     """Map an upstream error status to what the client should see.
 
@@ -155,7 +185,7 @@ def upstream_status_error(
     401/403 and redirects.
     """
     if body is not None and status >= 400 and status not in (401, 403):
-        err = upstream_status_error(status, message, backend)
+        err = _status_error(status, message, backend, None, body_type)
         err.status = status
         err.body = scrub(body.decode("utf-8", "replace")).encode()
         err.body_type = body_type

@@ -1,15 +1,20 @@
 """What all requests together may hold at once, and what each one holds.
 
-Two budgets, both process-wide: upstream request slots (`limits.max_concurrent_requests`; a
+A backend may also have a `Gate` of its own (`backends.X.max_concurrent`), where requests wait
+their turn. Two budgets are process-wide: upstream request slots (`limits.max_concurrent_requests`; a
 fanned-out request takes one slot per upstream request it opens) and request-body bytes held in
 memory (`limits.max_buffered_body_bytes`). A request takes its first slot and reserves room for
 its body before the body is read, so a flood of slow or unfinished bodies is turned away with a
 503 instead of filling memory. Everything a request took comes back in one `release`.
 """
 
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.neutral.errors import Overloaded
+from gateway.neutral.errors import Overloaded, RateLimited
 
 
 @dataclass(slots=True)
@@ -53,3 +58,94 @@ class Budget:
         self.slots -= ticket.slots
         self.body_bytes -= ticket.body_bytes
         ticket.slots = ticket.body_bytes = 0
+
+
+class Gate:
+    """One backend's own admission: at most `limit` upstream requests in flight, the rest waiting
+    in a queue of at most `max_queued`, served by priority (1 first) and then by arrival. A
+    request that cannot be queued, or waits longer than `timeout_s`, gets a 429 with
+    Retry-After; one whose client leaves while it waits leaves the queue at once (its task is
+    cancelled, and so is its wait)."""
+
+    __slots__ = ("_heap", "_on_queue", "_seq", "in_flight", "limit", "max_queued", "name", "queued", "timeout_s")
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        max_queued: int,
+        timeout_s: float,
+        on_queue: Callable[[int], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.limit = limit
+        self.max_queued = max_queued
+        self.timeout_s = timeout_s
+        self.in_flight = 0
+        self.queued = 0
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._on_queue = on_queue
+
+    async def enter(self, n: int, priority: int) -> int:
+        """Take n slots (at most the whole limit: a wider request waits for all of them); the
+        number taken, to give back with `leave`."""
+        n = min(max(n, 1), self.limit)
+        if not self._heap and self.in_flight + n <= self.limit:
+            self.in_flight += n
+            return n
+        if self.queued >= self.max_queued:
+            raise RateLimited(
+                f"backend {self.name!r} is at its concurrency limit and its queue is full; retry later"
+            )
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (priority, next(self._seq), waiter)
+        heapq.heappush(self._heap, entry)
+        self._count(1)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while True:
+                    await waiter
+                    if self.in_flight + n <= self.limit:
+                        break
+                    # Woken, but the room went to another (or is short for a wide request):
+                    # back in the queue, in the same place.
+                    waiter = asyncio.get_running_loop().create_future()
+                    entry = (entry[0], entry[1], waiter)
+                    heapq.heappush(self._heap, entry)
+            self.in_flight += n
+        except TimeoutError:
+            raise RateLimited(
+                f"backend {self.name!r} is at its concurrency limit; waited {self.timeout_s:g}s for a slot"
+            ) from None
+        finally:
+            self._count(-1)
+            if entry in self._heap:
+                self._heap.remove(entry)
+                heapq.heapify(self._heap)
+            # Whether it got in (the next may fit too) or gave up after being woken (the room it
+            # was woken for is still free): the next in line is woken.
+            self._wake()
+        return n
+
+    def watch(self, on_queue: Callable[[int], None]) -> None:
+        """Have `on_queue` told the queue's length whenever it changes."""
+        self._on_queue = on_queue
+        on_queue(self.queued)
+
+    def leave(self, n: int) -> None:
+        self.in_flight -= n
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake the first waiter while there is room; it takes its slots itself."""
+        while self._heap and self.in_flight < self.limit:
+            _, _, waiter = heapq.heappop(self._heap)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _count(self, d: int) -> None:
+        self.queued += d
+        if self._on_queue is not None:
+            self._on_queue(self.queued)

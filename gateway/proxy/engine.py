@@ -8,7 +8,9 @@ are put back together (gateway.proxy.fanout). The engine never writes to the cli
 when each upstream request started and ended, for whoever observes the exchange.
 """
 
+import asyncio
 import logging
+import random
 import time
 from dataclasses import replace
 
@@ -96,64 +98,105 @@ class ProxyEngine:
         """Send the call; an UpstreamError for any answer but a 2xx. `configured`: the model
         asked for is the one the backend's config names, so a 404 is the operator's mistake."""
         b = self.backend
+        conf = b.conf
         headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
         if call.body is not None:
             headers.setdefault("Content-Type", "application/json")
         timeout = self._stream_timeout if call.stream else self._whole_timeout
-        last: Exception | None = None
+        first_byte = conf.first_byte_timeout_s or conf.timeout_s
         session = b.client()
-        for url in b.replicas():
+        order = b.replicas()
+        attempts = min(len(order), conf.retries + 1)
+        failure: UpstreamError | None = None
+        for n, i in enumerate(order[:attempts]):
+            if n:
+                await asyncio.sleep(conf.retry_backoff_s * 2 ** (n - 1) * random.uniform(0.5, 1.5))
+            url = b.urls[i]
             try:
-                resp = await session.request(
-                    call.method,
-                    self._url(url, call.path),
-                    data=call.body,
-                    headers=headers,
-                    timeout=timeout,
-                    ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
-                    allow_redirects=False,
-                )
+                async with asyncio.timeout(first_byte):
+                    resp = await session.request(
+                        call.method,
+                        self._url(url, call.path),
+                        data=call.body,
+                        headers=headers,
+                        timeout=timeout,
+                        ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
+                        allow_redirects=False,
+                    )
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
                 # No connection, so not a byte of the request left: the next replica may take it.
-                log.warning("backend %s: cannot connect to %s: %s", b.name, shown_url(url), e)
-                last = e
+                # A refused connection is no fluke: that replica is left out at once.
+                log.warning("backend %s: cannot connect to replica %d (%s): %s", b.name, i, shown_url(url), e)
+                b.health.failed(i, at_once=isinstance(e, aiohttp.ClientConnectorError))
+                failure = UpstreamConnectError(
+                    f"backend {b.name!r} is unreachable ({type(e).__name__})", kind=Kind.UNAVAILABLE
+                )
                 continue
             except (TimeoutError, aiohttp.ServerTimeoutError):
-                raise UpstreamTimeout(f"backend {b.name!r} did not answer within {b.conf.timeout_s:g}s") from None
+                b.health.failed(i)
+                failure = UpstreamTimeout(f"backend {b.name!r} did not answer within {first_byte:g}s")
+                if conf.retry_on_timeout:
+                    log.warning("backend %s: replica %d sent no answer in time; trying another", b.name, i)
+                    continue
+                raise failure from None
             except aiohttp.ClientError as e:
-                # The request may have reached the backend (a reset after it was written): sending
-                # it again could start a second generation, so it is never resent. The cause (a TLS
-                # alert, a reset) is for the operator's log, not the client.
-                log.warning("backend %s: request to %s failed: %s", b.name, shown_url(url), e)
-                raise UpstreamConnectError(f"backend {b.name!r} failed: {type(e).__name__}") from None
-            if resp.status >= 300:
-                try:
-                    body = await resp.content.read(MAX_ERROR_BODY)
-                except (TimeoutError, aiohttp.ClientError):
-                    body = b""
-                finally:
-                    resp.release()
-                message = self.codec.error_message(resp.status, body)
-                if resp.status == 404 and configured:
-                    raise UpstreamError(
-                        f"backend {b.name!r} does not serve the model {b.model!r} that the gateway's "
-                        f"configuration names for it (it answered 404: {message})",
-                        upstream_class=UpstreamClass.STATUS_4XX,
-                    )
-                kind = resp.headers.get("Content-Type", "application/json")
-                raise upstream_status_error(resp.status, message, b.name, body if call.passthrough else None, kind)
-            return resp
-        # No replica took the connection: the service is down (MindIE, TGI, Triton, Databricks: 503).
-        raise UpstreamConnectError(
-            f"backend {b.name!r} is unreachable ({type(last).__name__ if last else 'no replicas'})",
-            kind=Kind.UNAVAILABLE,
+                # The request may have reached the backend (a reset after it was written): sent
+                # again, it could start a second generation, so it is resent only where the
+                # operator said that is harmless. The cause is for the log, not the client.
+                log.warning("backend %s: request to replica %d (%s) failed: %s", b.name, i, shown_url(url), e)
+                b.health.failed(i)
+                failure = UpstreamConnectError(f"backend {b.name!r} failed: {type(e).__name__}")
+                if conf.retry_on_timeout:
+                    continue
+                raise failure from None
+            if resp.status < 300:
+                b.health.succeeded(i)
+                return resp
+            err = await self._status_error(resp, call, configured)
+            if resp.status >= 500:
+                b.health.failed(i)
+            else:
+                b.health.succeeded(i)
+            if resp.status in (429, 503) and n + 1 < attempts:
+                # The replica turned the request away before generating anything: another may take it.
+                log.warning("backend %s: replica %d answered %d; trying another", b.name, i, resp.status)
+                failure = err
+                continue
+            raise err
+        # No replica took the request: the service is down (MindIE, TGI, Triton, Databricks: 503).
+        raise failure or UpstreamConnectError(f"backend {b.name!r} has no replicas", kind=Kind.UNAVAILABLE)
+
+    async def _status_error(self, resp: aiohttp.ClientResponse, call: UpstreamCall, configured: bool) -> UpstreamError:
+        """The error a non-2xx answer is; its body is read (up to a limit) and the response released."""
+        b = self.backend
+        try:
+            body = await resp.content.read(MAX_ERROR_BODY)
+        except (TimeoutError, aiohttp.ClientError):
+            body = b""
+        finally:
+            resp.release()
+        message = self.codec.error_message(resp.status, body)
+        if resp.status == 404 and configured:
+            return UpstreamError(
+                f"backend {b.name!r} does not serve the model {b.model!r} that the gateway's "
+                f"configuration names for it (it answered 404: {message})",
+                upstream_class=UpstreamClass.STATUS_4XX,
+            )
+        return upstream_status_error(
+            resp.status,
+            message,
+            b.name,
+            body if call.passthrough else None,
+            resp.headers.get("Content-Type", "application/json"),
+            resp.headers.get("Retry-After"),
         )
 
     async def fetch(self, path: str) -> Reply:
         """GET a path of the backend's own, for a dialect that relays what the backend says of
         itself. Every status comes back as it is; the body is the backend's, secrets scrubbed."""
         b = self.backend
-        for url in b.replicas():
+        for i in b.replicas():
+            url = b.urls[i]
             try:
                 async with b.client().get(
                     self._url(url, path),

@@ -13,13 +13,14 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from gateway.codec.contract import Endpoint, Inbound, RenderContext, Reply
+from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.config import Limits
 from gateway.metrics import Metrics
 from gateway.neutral.errors import (
@@ -30,16 +31,19 @@ from gateway.neutral.errors import (
     Unauthorized,
     Unavailable,
     UpstreamError,
+    UpstreamTimeout,
 )
+from gateway.neutral.events import Event
 from gateway.neutral.types import Request
 from gateway.proxy import observe
-from gateway.proxy.admission import Budget, Ticket
+from gateway.proxy.admission import Budget, Gate, Ticket
 from gateway.proxy.observe import Exchange
 from gateway.proxy.peers import Network, key_id
 from gateway.proxy.plan import DROPPED_HEADER, Plan
 from gateway.proxy.routing import Route, RouteGroup
 
 log = logging.getLogger("gateway")
+T = TypeVar("T")
 REQUEST_ID = "X-Request-Id"
 # A client's request id is echoed, logged and forwarded, so only a plain token is taken as is.
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -66,6 +70,8 @@ class Services:
     # dialect's way (an in-band error and the terminator) instead of cutting its socket.
     streams: set["asyncio.Task[object]"] = field(default_factory=set)
     ending: bool = False
+    # The gateway is draining: answers say `Connection: close` (a stream's, before it starts).
+    closing: bool = False
 
     def end_streams(self) -> int:
         """End every stream still being written; how many there were."""
@@ -85,6 +91,37 @@ class Services:
 
 
 SERVICES = web.AppKey("services", Services)
+# What a client may say of a request's turn where its dialect has no word for it (MindIE's
+# `priority` is the same scale: 1 first, 5 last).
+PRIORITY_HEADER = "X-Gateway-Priority"
+DEFAULT_PRIORITY = 3
+
+
+def priority_of(request: web.Request, req: Request) -> int:
+    if req.params.priority is not None:
+        return req.params.priority
+    given = request.headers.get(PRIORITY_HEADER, "")
+    return int(given) if given in ("1", "2", "3", "4", "5") else DEFAULT_PRIORITY
+
+
+def deadline(max_duration_s: float | None, client_s: int | None, arrived: float) -> float | None:
+    """When the request must be done by (the event loop's clock), from the backend's
+    max_duration_s and a deadline the client gave (MindIE's `timeout`); None for no deadline."""
+    limits = [s for s in (max_duration_s, client_s) if s]
+    if not limits:
+        return None
+    return asyncio.get_running_loop().time() + min(limits) - (time.perf_counter() - arrived)
+
+
+async def within(when: float | None, aw: Awaitable[T]) -> T:
+    """`aw`, unless the request's deadline passes first: then the client's 504."""
+    if when is None:
+        return await aw
+    try:
+        async with asyncio.timeout_at(when):
+            return await aw
+    except TimeoutError:
+        raise UpstreamTimeout("the request did not finish within its time limit") from None
 
 
 def reply_response(reply: Reply) -> web.Response:
@@ -140,6 +177,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     counted = False
     ticket = Ticket()
     body_read = False
+    gate: Gate | None = None
+    held = 0
     try:
         ex.key = check_auth(request)
         # The slot and the body's room are taken before the body is read: a flood of slow or
@@ -153,6 +192,11 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         backend = route.backend
         plan = route.engine.plan(req, ex.request_id, len(body), svc.limits.max_fanout)
         svc.budget.take_slots(ticket, plan.width - 1)
+        when = deadline(backend.conf.max_duration_s, req.params.timeout, ex.start)
+        if backend.gate is not None:
+            # Waiting for the backend's own slot counts against the request's deadline.
+            held = await within(when, backend.gate.enter(plan.width, priority_of(request, req)))
+            gate = backend.gate
         counted = True
         if svc.metrics.enabled:
             rm = svc.metrics.route(route.name, backend.name)
@@ -169,10 +213,10 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         )
         ex.upstream = plan.times
         if req.stream and ep.stream_renderer is not None:
-            resp = await _stream(request, ep, route, req, plan, ctx, ex)
+            resp = await _stream(request, ep, route, req, plan, ctx, ex, when)
             ex.status = resp.status
             return resp
-        result = await route.engine.complete(plan)
+        result = await within(when, route.engine.complete(plan))
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         ex.counted(result.usage)
         headers = {REQUEST_ID: ex.request_id}
@@ -190,6 +234,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         reply = Reply(e.status, e.body, e.body_type) if e.body is not None else inbound.error_reply(e)
         resp = reply_response(reply)
         resp.headers[REQUEST_ID] = ex.request_id
+        if e.retry_after is not None and resp.status in (429, 503):
+            resp.headers["Retry-After"] = e.retry_after
         if not body_read:
             # Refused before its body was read (too large, too slow, undecodable, over a limit):
             # the connection closes rather than wait for the rest of a body no one will read.
@@ -201,6 +247,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         ex.disconnect = "streaming" if ex.first_token else "before_first_token"
         raise
     finally:
+        if gate is not None:
+            gate.leave(held)
         svc.budget.release(ticket)
         if counted and ex.route is not None and svc.metrics.enabled:
             svc.metrics.route(ex.route.name, ex.route.backend.name).in_flight.dec()
@@ -209,18 +257,43 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         observe.finish(svc.metrics, request, group, ex, svc.trusted_proxies if svc.access_log else None)
 
 
+async def _relay(
+    resp: web.StreamResponse, stream: EventStream, renderer: StreamRenderer, first: list[Event] | None, ex: Exchange
+) -> None:
+    """The stream's events, rendered and written as they come, up to its end."""
+    out = renderer.start()
+    if first:
+        ex.observe(first)
+        out += renderer.render(first)
+    if out:
+        await resp.write(out)
+    if first is not None:
+        while (events := await stream.next()) is not None:
+            ex.observe(events)
+            out = renderer.render(events)
+            if out:
+                await resp.write(out)
+
+
 async def _stream(
-    request: web.Request, ep: Endpoint, route: Route, req: Request, plan: Plan, ctx: RenderContext, ex: Exchange
+    request: web.Request,
+    ep: Endpoint,
+    route: Route,
+    req: Request,
+    plan: Plan,
+    ctx: RenderContext,
+    ex: Exchange,
+    when: float | None,
 ) -> web.StreamResponse:
     assert ep.stream_renderer is not None
     svc = request.app[SERVICES]
-    stream = await route.engine.open_stream(plan)
+    stream = await within(when, route.engine.open_stream(plan))
     task = asyncio.current_task()
     try:
         renderer = ep.stream_renderer(req, ctx)
         # Wait for the first events before sending headers: a backend that fails at once
         # still gets the client a real error status instead of a 200 with an error inside.
-        first = await stream.next()
+        first = await within(when, stream.next())
         resp = web.StreamResponse(status=200)
         resp.content_type = renderer.content_type
         resp.headers["Cache-Control"] = "no-cache"
@@ -230,6 +303,8 @@ async def _stream(
             resp.headers.update(ep.headers(None, ctx))
         if plan.dropped:
             resp.headers[DROPPED_HEADER] = ",".join(plan.dropped)
+        if svc.closing:
+            resp.force_close()
         try:
             await resp.prepare(request)
         except ConnectionResetError:
@@ -238,18 +313,7 @@ async def _stream(
         if task is not None:
             svc.streams.add(task)
         try:
-            out = renderer.start()
-            if first:
-                ex.observe(first)
-                out += renderer.render(first)
-            if out:
-                await resp.write(out)
-            if first is not None:
-                while (events := await stream.next()) is not None:
-                    ex.observe(events)
-                    out = renderer.render(events)
-                    if out:
-                        await resp.write(out)
+            await within(when, _relay(resp, stream, renderer, first, ex))
             tail = renderer.end()
         except ConnectionResetError:
             # A write found the client gone: normal, and the upstream closes on the way out.

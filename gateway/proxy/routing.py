@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +12,9 @@ import aiohttp
 from gateway import config as cfg
 from gateway.codec.contract import BackendView, Dialect, Reply, RouteView
 from gateway.neutral.errors import NotFound
+from gateway.proxy.admission import Gate
 from gateway.proxy.plan import Engine
+from gateway.proxy.replicas import Replicas
 
 
 @dataclass(eq=False)
@@ -25,7 +26,10 @@ class Backend:
     urls: list[str]
     headers: dict[str, str]
     ssl_ctx: ssl.SSLContext | None = None
-    _rr: itertools.count[int] = field(default_factory=itertools.count)
+    # Which replicas take requests now (see gateway.proxy.replicas).
+    health: Replicas = field(default_factory=lambda: Replicas(1))
+    # The backend's own concurrency limit and queue, when it has one (backends.X.max_concurrent).
+    gate: Gate | None = None
     # This backend's own connection pool (its connection limit, no cookies), opened with the app.
     session: aiohttp.ClientSession | None = None
 
@@ -33,13 +37,9 @@ class Backend:
     def model(self) -> str | None:
         return self.conf.model
 
-    def replicas(self) -> list[str]:
-        """Replica URLs in the order to try them: round-robin start, the rest as failover."""
-        n = len(self.urls)
-        if n == 1:
-            return [self.urls[0]]
-        start = next(self._rr) % n
-        return self.urls[start:] + self.urls[:start]
+    def replicas(self) -> list[int]:
+        """Replica indices (into `urls`) in the order to try them for one request."""
+        return self.health.order()
 
     def client(self) -> aiohttp.ClientSession:
         assert self.session is not None, "client session used before app startup"
@@ -61,7 +61,11 @@ def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
     options = dialect.outbound.options_model.model_validate(conf.options)
     view = BackendView(name, conf.dialect, conf.model, options, conf.tokenizer)
     urls = [u.rstrip("/") for u in conf.targets()]
-    return Backend(name, conf, dialect, view, urls, dict(conf.headers), make_ssl(conf.tls))
+    health = Replicas(max(len(urls), 1), conf.eject_after, conf.eject_base_s, conf.eject_max_s)
+    gate = None
+    if conf.max_concurrent is not None:
+        gate = Gate(name, conf.max_concurrent, conf.max_queued, conf.queue_timeout_s)
+    return Backend(name, conf, dialect, view, urls, dict(conf.headers), make_ssl(conf.tls), health, gate)
 
 
 @dataclass(eq=False)

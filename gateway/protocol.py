@@ -1,0 +1,174 @@
+"""The guarded HTTP protocol: aiohttp's per-connection protocol with a header deadline and cap.
+
+aiohttp's server has no deadline for a request's headers and no cap on their total size, so a
+client that opens connections and dribbles header bytes (slowloris) holds them for as long as the
+keep-alive timeout. The guarded protocol adds both: the headers of each request must be complete
+within `limits.client_header_timeout_s` of the connection opening (or of the request's first byte
+on a kept-alive connection) and within `limits.max_header_bytes`; otherwise the client gets a 408
+or 431 and the connection closes. Body deadlines are the exchange handler's (it reads the body).
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_server import Server
+
+from gateway import jsonutil
+from gateway.config import Limits
+
+log = logging.getLogger("gateway")
+# How long a refused connection's further bytes are read and dropped before it closes.
+_LINGER_S = 2.0
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """The per-connection limits, fixed when a connection opens."""
+
+    header_timeout_s: float
+    max_header_bytes: int
+    keepalive_s: float = 75.0
+
+    @classmethod
+    def of(cls, limits: Limits) -> "Guard":
+        return cls(limits.client_header_timeout_s, limits.max_header_bytes, limits.client_keepalive_timeout_s)
+
+
+def _refusal(status: int, reason: str, message: str) -> bytes:
+    body = jsonutil.dumps({"error": message})
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's per-connection protocol, with a header deadline and a header size cap.
+
+    "Awaiting headers" holds from the connection's opening, and again after each answer, until
+    the parser hands over the next request. The deadline runs from the opening (a connection
+    that sends nothing is closed too) or, on a kept-alive connection, from the next request's
+    first byte, so idle keep-alive time is the keep-alive timeout's business.
+    """
+
+    __slots__ = ("_guard", "_header_bytes", "_header_timer", "_refused", "_wants_headers")
+
+    def __init__(self, manager: Server, *, guard: Guard, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._wants_headers = True
+        self._header_bytes = 0
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._refused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def _arm(self) -> None:
+        self._header_timer = self._loop.call_later(self._guard.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if not self._wants_headers or self.transport is None:
+            return
+        if self._header_bytes:
+            limit = f"{self._guard.header_timeout_s:g}s"
+            self._refuse(408, "Request Timeout", f"the request headers did not arrive within {limit}")
+        else:
+            self.force_close()  # nothing was asked: nothing to answer
+
+    def _refuse(self, status: int, reason: str, message: str) -> None:
+        log.info("closing a connection: %s (%d)", message, status)
+        if self.transport is not None:
+            self.transport.write(_refusal(status, reason, message))
+        self._shut()
+
+    def _shut(self) -> None:
+        """Close after what was written. Closing at once while the client's unread bytes sit in
+        the receive buffer would reset the connection and could destroy the answer on its way,
+        so the write side is shut first and whatever else arrives is dropped for a short linger."""
+        transport = self.transport
+        self._wants_headers = False
+        self._refused = True
+        self._disarm()
+        if transport is None or not transport.can_write_eof():
+            self.force_close()
+            return
+        transport.write_eof()
+        self._loop.call_later(_LINGER_S, self.force_close)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._wants_headers or not data:
+            super().data_received(data)
+            return
+        self._header_bytes += len(data)
+        if self._header_timer is None:
+            self._arm()
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count != before:
+            self._wants_headers = False
+            self._header_bytes = 0
+            self._disarm()
+        elif self._header_bytes > self._guard.max_header_bytes:
+            limit = self._guard.max_header_bytes
+            self._refuse(431, "Request Header Fields Too Large", f"the request headers exceed {limit} bytes")
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        out = await super().finish_response(request, resp, start_time)
+        if not resp.keep_alive and not request.content.is_eof():
+            # Answered before the body was whole (it came too slowly): the rest is not waited for.
+            self._shut()
+        elif not self._messages:
+            # The next request's headers are awaited; its deadline starts with its first byte.
+            self._wants_headers = True
+            self._header_bytes = 0
+        return out
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+class GuardedServer(Server):
+    guard: Guard
+
+    def __call__(self) -> RequestHandler:
+        kwargs = {**self._kwargs, "keepalive_timeout": self.guard.keepalive_s}
+        return GuardedHandler(self, loop=self._loop, guard=self.guard, **kwargs)
+
+
+class GuardedRunner(web.AppRunner):
+    """An AppRunner whose connections use the guarded protocol."""
+
+    def __init__(self, app: web.Application, guard: Guard, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._guard = guard
+
+    async def _make_server(self) -> Server:
+        server = await super()._make_server()
+        # aiohttp builds its Server itself; only the protocol it makes per connection changes.
+        server.__class__ = GuardedServer
+        assert isinstance(server, GuardedServer)
+        server.guard = self._guard
+        return server
+
+
+def make_runner(app: web.Application, limits: Limits) -> GuardedRunner:
+    return GuardedRunner(app, Guard.of(limits), handler_cancellation=True, access_log=None)
+
+
