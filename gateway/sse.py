@@ -38,7 +38,21 @@ class SSEDecoder:
         self._bom = True  # the stream's first bytes may be a UTF-8 BOM, which the spec strips
         self.stray: list[bytes] = []
 
+    def between_events(self) -> bool:
+        """Nothing of an unfinished event or line is held: the next byte starts an event."""
+        return not self._buf and not self._has_data and not self._event and not self._pending_cr and not self._bom
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        return [SSEEvent(e) if type(e) is bytes else e for e in self._scan(chunk)]  # type: ignore[misc]
+
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        """Only the events' data: what stream parsers read (they look at no event name or id)."""
+        return [e if type(e) is bytes else e.data for e in self._scan(chunk)]  # type: ignore[union-attr]
+
+    def _scan(self, chunk: bytes) -> list[SSEEvent | bytes]:
+        """The events completed by `chunk`: the common framing (`data: <payload>` and a blank
+        line) as the payload bytes, found by one scan per event; anything else (other fields,
+        comments, several data lines, stray text) through the full line-by-line rules."""
         if not chunk:
             return []
         buf = self._buf
@@ -63,26 +77,41 @@ class SSEDecoder:
                 body = bytes(buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         else:
             body = bytes(buf)
+        events: list[SSEEvent | bytes] = []
+        start = 0
+        if not self._has_data and not self._event:
+            # Between events: whole `data: ...` events are cut out directly.
+            while True:
+                blank = body.find(b"\n\n", start)
+                if blank < 0 or not body.startswith(b"data:", start):
+                    break
+                nl = body.find(b"\n", start)
+                if nl != blank:
+                    break  # more than one line: the full rules below
+                value = start + (6 if body[start + 5 : start + 6] == b" " else 5)
+                data = body[value:blank]
+                # (An id seen earlier belongs to this event too; without one, bare bytes do.)
+                events.append(data if self._id is None else SSEEvent(data, "", self._id))
+                start = blank + 2
         end = body.rfind(b"\n")
-        if end < 0:
-            self._buf = bytearray(body)
-            return []
+        if end < start:
+            self._buf = bytearray(body[start:])
+            return events
         self._buf = bytearray(body[end + 1 :])
-        events: list[SSEEvent] = []
-        for line in body[:end].split(b"\n"):
+        for line in body[start:end].split(b"\n"):
             self._line(line, events)
         return events
 
     def close(self) -> list[SSEEvent]:
         """End of stream: a final event without its blank line is discarded, per the spec."""
-        events: list[SSEEvent] = []
+        events: list[SSEEvent | bytes] = []
         if self._buf:
             line = bytes(self._buf)
             self._buf = bytearray()
             self._line(line, events)
-        return events
+        return [e for e in events if isinstance(e, SSEEvent)]
 
-    def _line(self, line: bytes, events: list[SSEEvent]) -> None:
+    def _line(self, line: bytes, events: list[SSEEvent | bytes]) -> None:
         if not line:
             if self._has_data:
                 data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)

@@ -131,3 +131,33 @@ def test_leading_bom_is_stripped_even_when_split() -> None:
     assert decode(b"data: a\n\ndata: " + bom + b"x\n\n")[0] == [SSEEvent(b"a"), SSEEvent(bom + b"x")]
     # Bytes that merely begin like a BOM are kept.
     assert decode(b"\xef\xbbx\n")[1] == [b"\xef\xbbx"]
+
+
+def test_every_split_of_a_mixed_stream_decodes_the_same():
+    """The fast cut for `data: ...` events and the full rules for the rest agree, however the
+    bytes are split into reads."""
+    stream = (
+        b"data: one\n\n"
+        b"data:two\n\n"
+        b": keep-alive\n\n"
+        b"event: x\nid: 7\ndata: three\n\n"
+        b"data: four\ndata: more\n\n"
+        b"data: five\r\n\r\n"
+        b"data: six\n\n"
+    )
+    want = [b"one", b"two", b"three", b"four\nmore", b"five", b"six"]
+    for cut in range(1, len(stream)):
+        for step in (cut, 3, 7):
+            d = SSEDecoder()
+            got: list[bytes] = []
+            pos = 0
+            for size in [cut] + [step] * len(stream):
+                got += d.feed_data(stream[pos : pos + size])
+                pos += size
+                if pos >= len(stream):
+                    break
+            assert got == want, (cut, step)
+    d = SSEDecoder()
+    events = d.feed(stream)
+    assert [(e.data, e.event, e.id) for e in events][2] == (b"three", "x", "7")
+    assert events[3].id == "7"  # the last event id carries over

@@ -24,11 +24,13 @@ def _field(key: str) -> re.Pattern[bytes]:
     return re.compile(b'"' + key.encode() + rb'"(\s*:\s*)"(?:[^"\\]|\\.)*"')
 
 
-def renamed(data: bytes, key: str, name: bytes) -> bytes:
+def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
     """A backend's JSON answer or event with its first `key` string field set to `name` (JSON
     bytes): a pass-through keeps every byte but the model's name, which the client gave. The
-    first such field is the top-level one in every dialect that names the model this way."""
-    return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=1)
+    first such field is the top-level one in every dialect that names the model this way.
+    `count=0` renames every one: a run of whole events, each naming its model once (a `key`
+    inside a string value is escaped, so it never matches)."""
+    return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=count)
 
 
 def broken_off(text: str) -> UpstreamError:
@@ -54,8 +56,8 @@ class EventParser(ABC):
             raise self._fault
         out: list[Event] = []
         try:
-            for ev in self._decoder.feed(data):
-                self.on_event(ev.data, out)
+            for payload in self._decoder.feed_data(data):
+                self.on_event(payload, out)
             self._check_stray()
         except PARSE_ERRORS as e:
             if not out:

@@ -50,13 +50,15 @@ class Frame(NamedTuple):
     renderers write the frames and ignore the rest, translating renderers do the opposite.
     `usage_only` marks a frame that carries nothing but usage (which the gateway may have asked
     for on its own behalf); `final` one that finishes a choice; `fingerprint` is the
-    `system_fingerprint` a usage-only frame carries.
+    `system_fingerprint` a usage-only frame carries. A `raw` frame's payload is whole events with
+    their framing, as the upstream sent them (a read that held nothing the gateway must look at).
     """
 
     payload: bytes
     usage_only: bool = False
     final: bool = False
     fingerprint: str | None = None
+    raw: bool = False
 
 
 Event = TextDelta | ReasoningDelta | ToolCallDelta | FinishEvent | UsageEvent | Frame

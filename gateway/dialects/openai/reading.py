@@ -87,6 +87,29 @@ def text_deltas(out: list[Event], text: str, index: int, logprobs: Any, ids: lis
     out.append(TextDelta(text, index, logprobs[-1:] if per_token else logprobs, ids[-1:]))
 
 
+# What a pass-through stream reports of a chunk it does not decode: a token came (for the
+# time-to-first-token and inter-token metrics); the chunk itself goes out as a Frame.
+A_TOKEN = TextDelta("")
+
+
+def _plain_chunk(data: bytes) -> bool:
+    """Whole `data:` events, each a chunk with choices still under way: no finish reason set,
+    no usage, no error, no end. Compact JSON is recognised; anything else (spaces, comments,
+    other fields, unknown shapes) is decoded event by event."""
+    events = data.count(b"\n\n")
+    return (
+        events > 0
+        and data.endswith(b"\n\n")
+        and data.startswith(b"data:")
+        and data.count(b"data:") == events
+        and data.count(b'"finish_reason":null') == events
+        and b"\r" not in data
+        and b'"finish_reason":"' not in data
+        and b'"usage"' not in data
+        and b'"error"' not in data
+    )
+
+
 def error_text(obj: Any) -> str:
     if isinstance(obj, dict):
         err = obj.get("error", obj)
@@ -162,6 +185,14 @@ class OpenAIStreamParser(EventParser):
         self._rename = rename
         self._done = False
         self._finished = False
+
+    def feed(self, data: bytes) -> list[Event]:
+        if self._passthrough and self._fault is None and self._decoder.between_events() and _plain_chunk(data):
+            # A read of whole events that only carry tokens of choices still under way: it goes
+            # out as it came, undecoded, and tells the metrics a token came.
+            payload = data if self._rename is None else renamed(data, "model", self._rename, count=0)
+            return [Frame(payload, raw=True), A_TOKEN]
+        return super().feed(data)
 
     def on_end(self, out: list[Event]) -> None:
         if not self._done and not self._finished:

@@ -366,29 +366,30 @@ class PassthroughStream:
             if type(ev) is not Frame:
                 continue
             assert isinstance(ev, Frame)
+            framed = ev.payload if ev.raw else b"data: " + ev.payload + b"\n\n"
             if self._include_usage:
-                parts.append(b"data: " + ev.payload + b"\n\n")
+                parts.append(framed)
             elif ev.usage_only:
                 parts.append(self._release(ev.fingerprint))
             elif self._held is not None or ev.final:
                 held = self._held if self._held is not None else []
                 if ev.final:
                     self._finals.append(len(held))
-                held.append(ev.payload)
+                held.append(framed)
                 self._held = held
             else:
-                parts.append(b"data: " + ev.payload + b"\n\n")
-        return b"".join(parts)
+                parts.append(framed)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _release(self, fingerprint: str | None) -> bytes:
         held, self._held = self._held or [], None
         if fingerprint is not None:
-            tail = b',"system_fingerprint":' + _dumps(fingerprint) + b"}"
+            tail = b',"system_fingerprint":' + _dumps(fingerprint) + b"}\n\n"
             for i in self._finals:
-                if b'"system_fingerprint"' not in held[i] and held[i].endswith(b"}"):
-                    held[i] = held[i][:-1] + tail
+                if b'"system_fingerprint"' not in held[i] and held[i].endswith(b"}\n\n"):
+                    held[i] = held[i][:-3] + tail
         self._finals = []
-        return b"".join(b"data: " + p + b"\n\n" for p in held)
+        return b"".join(held)
 
     def error(self, err: GatewayError) -> bytes:
         return self._release(None) + self._fl.error_frame(err)
