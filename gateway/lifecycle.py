@@ -16,6 +16,7 @@ SIGTERM or SIGINT stops at once.
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -40,6 +41,21 @@ WATCH_INTERVAL_S = 2.0
 LOAD = "load"
 REJECTED = "rejected"
 
+
+
+# Net allocations of tracked objects between two collections of the youngest generation. A
+# request makes a few hundred objects that reference counting frees; at Python's default (700)
+# the collector still ran every few requests and took about a tenth of the CPU under load.
+# Cyclic garbage waits for at most this many objects (a few MiB).
+YOUNG_THRESHOLD = 10_000
+
+
+def settle_collector() -> None:
+    """Tune the garbage collector for serving, once the gateway is up: what exists now (modules,
+    the configuration, the app) lives as long as the process, so it is moved out of the
+    collector's sight (`gc.freeze`) instead of being traversed by every full collection."""
+    gc.freeze()
+    gc.set_threshold(YOUNG_THRESHOLD, 10, 10)
 
 class Gateway:
     """One serving process: listener, generations, signals, reloads and the drain."""
@@ -109,6 +125,7 @@ class Gateway:
             loop.add_reader(self._commands.fileno(), self._on_command)
         try:
             self._went_live(self.loaded, None)
+            settle_collector()
             if self._on_ready is None:
                 scheme = "https" if self.listener.ssl_context else "http"
                 log.info("listening on %s://%s:%s", scheme, self.host, bound)

@@ -24,6 +24,7 @@ log = logging.getLogger("gateway")
 # How long a refused connection's further bytes are read and dropped before it closes.
 _LINGER_S = 2.0
 
+
 @dataclass(frozen=True, slots=True)
 class Guard:
     """The per-connection limits, fixed when a connection opens."""
@@ -170,5 +171,3 @@ class GuardedRunner(web.AppRunner):
 
 def make_runner(app: web.Application, limits: Limits) -> GuardedRunner:
     return GuardedRunner(app, Guard.of(limits), handler_cancellation=True, access_log=None)
-
-

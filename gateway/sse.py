@@ -40,7 +40,12 @@ class SSEDecoder:
 
     def between_events(self) -> bool:
         """Nothing of an unfinished event or line is held: the next byte starts an event."""
-        return not self._buf and not self._has_data and not self._event and not self._pending_cr and not self._bom
+        return not self._buf and not self._has_data and not self._event and not self._pending_cr
+
+    def skipped(self) -> None:
+        """The caller took whole events from between events itself (they began with a field
+        name, so the stream has no BOM to strip)."""
+        self._bom = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         return [SSEEvent(e) if type(e) is bytes else e for e in self._scan(chunk)]  # type: ignore[misc]
@@ -55,6 +60,8 @@ class SSEDecoder:
         comments, several data lines, stray text) through the full line-by-line rules."""
         if not chunk:
             return []
+        if not self._buf and not self._pending_cr and not self._bom and b"\r" not in chunk:
+            return self._cut(chunk)  # nothing held, nothing to normalise: the read as it came
         buf = self._buf
         if self._pending_cr:
             # A CR ended the previous read; an LF right after it belongs to the same line ending.
@@ -77,8 +84,22 @@ class SSEDecoder:
                 body = bytes(buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         else:
             body = bytes(buf)
+        return self._cut(body)
+
+    def _cut(self, body: bytes) -> list[SSEEvent | bytes]:
+        """The events in `body` (LF line ends only), what is left of it held for the next read."""
         events: list[SSEEvent | bytes] = []
         start = 0
+        if not self._has_data and not self._event and self._id is None and body.startswith(b"data:"):
+            # The usual read: whole events of one `data:` line each, cut in one go (the split
+            # pieces are those events exactly when no piece has a second line and each begins
+            # with `data:`).
+            last = body.rfind(b"\n\n")
+            if last > 0:
+                pieces = body[:last].split(b"\n\n")
+                if body.count(b"\n", 0, last) == 2 * len(pieces) - 2 and all(p.startswith(b"data:") for p in pieces):
+                    events = [p[6:] if p[5:6] == b" " else p[5:] for p in pieces]
+                    start = last + 2
         if not self._has_data and not self._event:
             # Between events: whole `data: ...` events are cut out directly.
             while True:

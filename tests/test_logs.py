@@ -1,5 +1,6 @@
 """Access log lines, request-id round trips, and secrets that never reach any log record."""
 
+import asyncio
 import io
 import json
 import logging
@@ -230,3 +231,51 @@ def test_trusted_proxies_must_be_addresses_or_blocks():
         assert e.lines == ["listen.trusted_proxies: not an IP address or CIDR block: 'proxy.local'"]
     else:
         raise AssertionError("accepted a host name as a trusted proxy")
+
+
+async def test_setup_writes_access_lines_as_records_would_in_order():
+    """Access lines go to the handler `setup` installs without becoming records, written once per
+    turn of the event loop; they read as the formatter would write them, and stay before any
+    record logged after them."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    fields = {
+        "request_id": "r1",
+        "client": "10.0.0.1",
+        "key": None,
+        "path": "/v1/x Bearer sk-abcdefgh123456",
+        "status": 200,
+    }
+    disabled, logs.ACCESS.disabled = logs.ACCESS.disabled, False  # an earlier gateway may have turned it off
+    try:
+        for fmt in ("text", "json"):
+            buf = io.StringIO()
+            logs.setup(fmt, "info", stream=buf)
+            logs.access_log(dict(fields))
+            assert buf.getvalue() == ""  # held until the loop turns, or another record comes
+            logging.getLogger("gateway").warning("after")
+            logs.access_log(dict(fields))
+            await asyncio.sleep(0)
+            first, warning, second = buf.getvalue().splitlines()
+            assert first == second and "after" in warning
+            record = logging.makeLogRecord(
+                {"name": "gateway.access", "levelno": logging.INFO, "levelname": "INFO", "msg": "%s", "args": None}
+            )
+            record.access = {**fields, "path": redact.REDACT(fields["path"])}
+            record.msg = logs.access_text(record.access)
+            expected = root.handlers[0].format(record)
+            if fmt == "json":
+                got, want = json.loads(first), json.loads(expected)
+                assert got.pop("ts").endswith("Z") and want.pop("ts").endswith("Z")
+                assert got == want and got["path"] == "/v1/x Bearer [REDACTED]"
+            else:
+                # The same line but for the time stamp, which comes first.
+                assert first.split(" ", 2)[2] == expected.split(" ", 2)[2]
+                assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO gateway.access request_id=r1 ", first)
+    finally:
+        logs.ACCESS.disabled = disabled
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])

@@ -3,6 +3,7 @@ and streams parsed back, against the fixtures."""
 
 import base64
 import dataclasses
+import itertools
 import struct
 from typing import Any
 
@@ -347,12 +348,60 @@ def test_stream_parser_fixtures(name: str) -> None:
     assert parse_stream(name, step=1) == EXPECTED_STREAMS[name]
 
 
-def test_stream_parser_passthrough_frames() -> None:
-    got = parse_stream("chat_stream.sse", passthrough=True)
-    payloads = [line[len(b"data: ") :] for line in raw("chat_stream.sse").split(b"\n\n") if line]
-    frames = [e for e in got if e[0] == "frame"]
-    assert frames == [("frame", p, False) for p in payloads[:5]] + [("frame", payloads[5], True)]
-    assert [e for e in got if e[0] != "frame"] == EXPECTED_STREAMS["chat_stream.sse"]
+# A vLLM stream as its server writes it (compact, usage in its own chunk, no "usage":null).
+VLLM_STREAM = b"".join(
+    b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":1,"model":"tiny","choices":[{"index":0,'
+    + delta
+    + b',"logprobs":null,"finish_reason":'
+    + finish
+    + b"}]}\n\n"
+    for delta, finish in [
+        (b'"delta":{"role":"assistant","content":""}', b"null"),
+        (b'"delta":{"content":"Hel"}', b"null"),
+        (b'"delta":{"content":"lo \\"finish_reason\\":\\"stop\\" data: {\\n\\n"}', b"null"),
+        (b'"delta":{"content":"!"}', b"null"),
+        (b'"delta":{"content":""}', b'"length","stop_reason":null'),
+    ]
+) + (
+    b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":1,"model":"tiny","choices":[],'
+    b'"usage":{"prompt_tokens":3,"total_tokens":7,"completion_tokens":4}}\n\ndata: [DONE]\n\n'
+)
+
+
+@pytest.mark.parametrize("data", [raw("chat_stream.sse"), raw("chat_stream_tool_calls.sse"), VLLM_STREAM])
+def test_stream_parser_passthrough_any_split(data: bytes) -> None:
+    """However the stream is cut into reads, a pass-through client gets its bytes unchanged,
+    and the parser reports the same finish and usage (leading token-only events of a read
+    go out undecoded, so only their presence is reported)."""
+    from gateway.dialects.openai import render
+
+    def run(cuts: list[int], include_usage: bool) -> tuple[bytes, list[tuple[Any, ...]]]:
+        p = OpenAIStreamParser(True, passthrough=True)
+        req = Request(
+            task=Task.CHAT, inbound="openai", model="m", messages=[Message("user", "hi")], stream=True,
+            include_usage=include_usage,
+        )
+        r = render.PassthroughStream(render.OPENAI, req)
+        got, seen = r.start(), []
+        bounds = [0, *cuts, len(data)]
+        for a, b in itertools.pairwise(bounds):
+            events = p.feed(data[a:b])
+            got += r.render(events)
+            seen += events
+        events = p.close()
+        seen += events
+        got += r.render(events) + r.end()
+        return got, [e for e in evs(seen) if e[0] in ("finish", "usage")]
+
+    _, whole = run([], True)
+    assert [e[0] for e in whole] == ["finish", "usage"] if b'"usage":{' in data else ["finish"]
+    for cut in range(1, len(data)):
+        assert run([cut], True) == (data, whole), cut
+    for step in (1, 7, 300):
+        assert run(list(range(step, len(data), step)), True)[0] == data
+    usage_at = data.rfind(b'data: {"id"')
+    if b'"usage":{' in data[usage_at:]:
+        assert run([], False)[0] == data[:usage_at] + b"data: [DONE]\n\n"
 
 
 def test_stream_parser_in_band_error_keeps_earlier_tokens() -> None:
@@ -384,3 +433,13 @@ def test_stream_parser_truncation_and_raw_text() -> None:
     with pytest.raises(UpstreamError) as ei:
         p.feed(b"Internal Server Error\n")
     assert "Internal Server Error" in ei.value.message
+
+
+def test_passthrough_read_of_the_role_chunk_is_no_token() -> None:
+    """A pass-through read forwarded undecoded still tells the metrics whether a token came: the
+    chunk that opens a chat stream (role, empty content) is not one, the next chunk is."""
+    events = [e + b"\n\n" for e in VLLM_STREAM.split(b"\n\n") if e]
+    p = OpenAIStreamParser(True, passthrough=True)
+    assert [type(e).__name__ for e in p.feed(events[0])] == ["Frame"]
+    assert [type(e).__name__ for e in p.feed(events[1])] == ["Frame", "TextDelta"]
+    assert [type(e).__name__ for e in p.feed(events[0] + events[1])] == ["Frame", "TextDelta"]

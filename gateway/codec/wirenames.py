@@ -83,4 +83,3 @@ class WireNames:
 def neutral_value(value: Any) -> Any:
     """Lists become tuples, so a neutral value cannot change under the request that holds it."""
     return tuple(value) if isinstance(value, list) else value
-

@@ -172,9 +172,7 @@ def upstream_status_error(
     return err
 
 
-def _status_error(
-    status: int, message: str, backend: str, body: bytes | None, body_type: str
-) -> UpstreamError:
+def _status_error(status: int, message: str, backend: str, body: bytes | None, body_type: str) -> UpstreamError:
     """Map an upstream error status to what the client should see.
 
     Client-side faults the backend detected (bad parameters, unknown model, too long, rate

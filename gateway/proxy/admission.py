@@ -95,9 +95,7 @@ class Gate:
             self.in_flight += n
             return n
         if self.queued >= self.max_queued:
-            raise RateLimited(
-                f"backend {self.name!r} is at its concurrency limit and its queue is full; retry later"
-            )
+            raise RateLimited(f"backend {self.name!r} is at its concurrency limit and its queue is full; retry later")
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (priority, next(self._seq), waiter)
         heapq.heappush(self._heap, entry)

@@ -12,7 +12,9 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable
 from dataclasses import replace
+from typing import TypeVar
 
 import aiohttp
 from yarl import URL
@@ -41,6 +43,7 @@ from gateway.proxy.routing import Backend, shown_url
 from gateway.redact import REDACT
 
 log = logging.getLogger("gateway")
+T = TypeVar("T")
 MAX_ERROR_BODY = 64 * 1024
 MAX_INFO_BODY = 1024 * 1024  # a model list or a model's metadata
 # No client header reaches a backend but the request id: credentials belong to each side, and
@@ -103,7 +106,9 @@ class ProxyEngine:
         if call.body is not None:
             headers.setdefault("Content-Type", "application/json")
         timeout = self._stream_timeout if call.stream else self._whole_timeout
-        first_byte = conf.first_byte_timeout_s or conf.timeout_s
+        # Unset, the wait for the headers is bounded by aiohttp's own timeouts: the whole
+        # answer's (timeout_s), or for a stream the read timeout (also timeout_s).
+        first_byte = conf.first_byte_timeout_s
         session = b.client()
         order = b.replicas()
         attempts = min(len(order), conf.retries + 1)
@@ -113,16 +118,16 @@ class ProxyEngine:
                 await asyncio.sleep(conf.retry_backoff_s * 2 ** (n - 1) * random.uniform(0.5, 1.5))
             url = b.urls[i]
             try:
-                async with asyncio.timeout(first_byte):
-                    resp = await session.request(
-                        call.method,
-                        self._url(url, call.path),
-                        data=call.body,
-                        headers=headers,
-                        timeout=timeout,
-                        ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
-                        allow_redirects=False,
-                    )
+                sent = session.request(
+                    call.method,
+                    self._url(url, call.path),
+                    data=call.body,
+                    headers=headers,
+                    timeout=timeout,
+                    ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
+                    allow_redirects=False,
+                )
+                resp = await (sent if first_byte is None else _within(first_byte, sent))
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
                 # No connection, so not a byte of the request left: the next replica may take it.
                 # A refused connection is no fluke: that replica is left out at once.
@@ -134,7 +139,7 @@ class ProxyEngine:
                 continue
             except (TimeoutError, aiohttp.ServerTimeoutError):
                 b.health.failed(i)
-                failure = UpstreamTimeout(f"backend {b.name!r} did not answer within {first_byte:g}s")
+                failure = UpstreamTimeout(f"backend {b.name!r} did not answer within {first_byte or conf.timeout_s:g}s")
                 if conf.retry_on_timeout:
                     log.warning("backend %s: replica %d sent no answer in time; trying another", b.name, i)
                     continue
@@ -280,6 +285,11 @@ class ProxyEngine:
         if plan.fill_token_ids:
             stream = TokenIdStream(stream, tokenizer_for(plan.backend))
         return stream
+
+
+async def _within(seconds: float, aw: Awaitable[T]) -> T:
+    async with asyncio.timeout(seconds):
+        return await aw
 
 
 def _configured(plan: Plan, part: Request) -> bool:

@@ -9,6 +9,7 @@ the way out.
 """
 
 import asyncio
+import itertools
 import logging
 import os
 import re
@@ -49,10 +50,29 @@ REQUEST_ID = "X-Request-Id"
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+class _Ids:
+    """Fresh request ids: 32 hex digits, a random half per process and a count, so that minting
+    one asks the OS for nothing (a forked worker draws its own half)."""
+
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._count = itertools.count()
+
+    def new(self) -> str:
+        return f"{self._prefix}{next(self._count):016x}"
+
+
+_IDS = _Ids()
+
+
 def request_id_of(request: web.Request) -> str:
     """The client's X-Request-Id when it is a plain token, else a fresh one."""
-    given = request.headers.get(REQUEST_ID, "")
-    return given if _CLIENT_ID.match(given) else os.urandom(16).hex()
+    given = request.headers.get(REQUEST_ID)
+    return given if given is not None and _CLIENT_ID.match(given) else _IDS.new()
 
 
 @dataclass(eq=False)
@@ -131,10 +151,10 @@ def reply_response(reply: Reply) -> web.Response:
     return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": reply.content_type})
 
 
-def check_auth(request: web.Request) -> str | None:
+def check_auth(request: web.Request, svc: Services | None = None) -> str | None:
     """The key's log name (None when auth is off); Unauthorized unless the request carries one of
     the configured keys."""
-    keys = request.app[SERVICES].api_keys
+    keys = (svc or request.app[SERVICES]).api_keys
     if keys is None:
         return None
     header = request.headers.get("Authorization", "")
@@ -156,8 +176,11 @@ async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> byt
     svc.budget.reserve_body(ticket, limit if length is None else length)
     deadline = svc.limits.client_body_timeout_s
     try:
-        async with asyncio.timeout(deadline):
-            body = await request.read()
+        if request.content.is_eof():
+            body = await request.read()  # it came with the headers: nothing to wait for
+        else:
+            async with asyncio.timeout(deadline):
+                body = await request.read()
     except TimeoutError:
         raise RequestTimeout(f"The request body did not arrive within {deadline:g}s") from None
     except web.HTTPRequestEntityTooLarge:
@@ -180,7 +203,7 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     gate: Gate | None = None
     held = 0
     try:
-        ex.key = check_auth(request)
+        ex.key = check_auth(request, svc)
         # The slot and the body's room are taken before the body is read: a flood of slow or
         # unfinished bodies meets the limits, not the memory.
         svc.budget.take_slots(ticket, 1)
@@ -219,13 +242,14 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         result = await within(when, route.engine.complete(plan))
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         ex.counted(result.usage)
-        headers = {REQUEST_ID: ex.request_id}
+        # The type as a header, not `content_type=`: aiohttp would parse it again.
+        headers = {"Content-Type": ep.content_type, REQUEST_ID: ex.request_id}
         if ep.headers is not None:
             headers.update(ep.headers(result, ctx))
         if plan.dropped:
             headers[DROPPED_HEADER] = ",".join(plan.dropped)
         ex.status = 200
-        return web.Response(body=out, content_type=ep.content_type, headers=headers)
+        return web.Response(body=out, headers=headers)
     except GatewayError as e:
         if isinstance(e, UpstreamError):
             ex.upstream_error = e.upstream_class.value
@@ -294,15 +318,17 @@ async def _stream(
         # Wait for the first events before sending headers: a backend that fails at once
         # still gets the client a real error status instead of a 200 with an error inside.
         first = await within(when, stream.next())
-        resp = web.StreamResponse(status=200)
-        resp.content_type = renderer.content_type
-        resp.headers["Cache-Control"] = "no-cache"
-        resp.headers["X-Accel-Buffering"] = "no"
-        resp.headers[REQUEST_ID] = ctx.request_id
+        headers = {
+            "Content-Type": renderer.content_type,
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            REQUEST_ID: ctx.request_id,
+        }
         if ep.headers is not None:
-            resp.headers.update(ep.headers(None, ctx))
+            headers.update(ep.headers(None, ctx))
         if plan.dropped:
-            resp.headers[DROPPED_HEADER] = ",".join(plan.dropped)
+            headers[DROPPED_HEADER] = ",".join(plan.dropped)
+        resp = web.StreamResponse(status=200, headers=headers)
         if svc.closing:
             resp.force_close()
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import Histogram
 
-from gateway.logs import access_log
+from gateway.logs import access_enabled, access_log
 from gateway.metrics import Metrics
 from gateway.neutral.events import TOKENS, Event, UsageEvent
 from gateway.neutral.types import Usage
@@ -78,7 +78,7 @@ def finish(
     now = time.perf_counter()
     upstream = ex.upstream_seconds(now)
     _record(metrics, group, ex, now, upstream)
-    if trusted is not None:
+    if trusted is not None and access_enabled():
         _access(request, group, ex, trusted, now, upstream)
 
 

@@ -245,4 +245,3 @@ class SimulatedTriton:
 
     def error_reply(self, err: GatewayError) -> Reply:
         return self._inbound.error_reply(err)
-

@@ -73,7 +73,6 @@ def endpoint_name(req: Request, backend: BackendView) -> str:
     return name
 
 
-
 _CARRIAGE = {
     Task.CHAT: Carriage(names.CHAT_OUT.fates(logprobs=Fate.MAP)),
     Task.COMPLETION: Carriage(names.COMPLETION_OUT.fates()),

@@ -112,9 +112,7 @@ def parse_chat(body: bytes, path: PathValues | None = None) -> Request:
 
 def parse_completion(body: bytes, path: PathValues | None = None) -> Request:
     # MindIE's default is its maxIterTimes, not OpenAI's 16: no max_tokens unless the client said.
-    req = openai.parse_completion(
-        body, path, schema=MindIECompletionRequest, inbound="mindie", default_max_tokens=None
-    )
+    req = openai.parse_completion(body, path, schema=MindIECompletionRequest, inbound="mindie", default_max_tokens=None)
     return _mindie_way(req)
 
 

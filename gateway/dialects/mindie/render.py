@@ -107,6 +107,7 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
 
     def _timing(self, ms: float) -> dict[str, Any]:
         first, self._first = self._first, False
+        ms = round(ms, 2)
         return {"prefill_time": ms, "decode_time": None} if first else {"prefill_time": None, "decode_time": ms}
 
     def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:
@@ -145,15 +146,15 @@ class VllmStreamRenderer:
         return b""
 
     def render(self, events: list[Event]) -> bytes:
-        out = b""
+        out = []
         for ev in events:
             if type(ev) is TextDelta:
                 assert isinstance(ev, TextDelta)
                 texts = [""] * self._n
                 if ev.index < self._n:
                     texts[ev.index] = ev.text
-                out += _dumps({"text": texts}) + b"\0"
-        return out
+                out.append(_dumps({"text": texts}) + b"\0")
+        return b"".join(out)
 
     def error(self, err: GatewayError) -> bytes:
         return raw_error(err)

@@ -7,14 +7,12 @@ gateway needs for its metrics and withholds from clients that did not ask).
 """
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gateway import jsonutil
 from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
-from gateway.codec.parsing import renamed
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import reading
@@ -143,10 +141,9 @@ class OpenAIOutbound:
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=req)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
-        answer = reading.parse_body(call.state, body)
-        if call.rename is not None:
-            answer = replace(answer, passthrough=renamed(body, "model", call.rename))
-        return answer
+        if call.passthrough:
+            return reading.passthrough_body(call.state, body, call.rename)
+        return reading.parse_body(call.state, body)
 
     def stream_parser(self, call: UpstreamCall) -> reading.OpenAIStreamParser:
         req: Request = call.state

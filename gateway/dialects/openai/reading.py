@@ -3,7 +3,7 @@
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.parsing import EventParser, renamed
+from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.finish import openai_finish
@@ -92,22 +92,47 @@ def text_deltas(out: list[Event], text: str, index: int, logprobs: Any, ids: lis
 A_TOKEN = TextDelta("")
 
 
-def _plain_chunk(data: bytes) -> bool:
-    """Whole `data:` events, each a chunk with choices still under way: no finish reason set,
-    no usage, no error, no end. Compact JSON is recognised; anything else (spaces, comments,
-    other fields, unknown shapes) is decoded event by event."""
-    events = data.count(b"\n\n")
-    return (
-        events > 0
-        and data.endswith(b"\n\n")
-        and data.startswith(b"data:")
-        and data.count(b"data:") == events
-        and data.count(b'"finish_reason":null') == events
-        and b"\r" not in data
-        and b'"finish_reason":"' not in data
-        and b'"usage"' not in data
-        and b'"error"' not in data
-    )
+_NULL_FINISH = b'"finish_reason":null'
+# A chat delta with these keys at most, its content a string, is plain text.
+_PLAIN_DELTA = frozenset(("role", "content"))
+
+
+# How many events at the end of a read are looked at one by one (a stream's end is a few).
+_LOOK_BACK = 8
+
+
+def _tokens_only(data: bytes, end: int) -> int:
+    """How many events `data[:end]` (whole events) holds if they are events of one `data:` line
+    each, every one with a choice still under way, else 0: two line ends per event, one
+    `"finish_reason":null` per event. An event that finishes, or holds only usage, an error or
+    the end, has no such choice; a comment, another field or a second data line adds a line end.
+    (Counted, not split: these scans are the whole cost of a pass-through read.)"""
+    events = data.count(_NULL_FINISH, 0, end)
+    return events if data.count(b"\n", 0, end) == 2 * events else 0
+
+
+def plain_prefix(data: bytes) -> tuple[int, int]:
+    """How many leading bytes of a read are whole events that only carry tokens of choices
+    still under way (see `_tokens_only`), and how many events they are. They may go to a
+    pass-through client undecoded; the first event that needs reading, and all after it, are
+    decoded. (0, 0) when the read does not start that way."""
+    if not data.startswith(b"data:") or b"\r" in data:
+        return 0, 0
+    # Back from the read's last whole event over those that need reading (a stream's end is a
+    # few: finish, usage, [DONE]) to the last token event; what comes before it must be token
+    # events too. The usual read is a few token events, and the first one looked at is one.
+    end = data.rfind(b"\n\n") + 2
+    for _ in range(_LOOK_BACK):
+        if end < 2:
+            break
+        prev = data.rfind(b"\n\n", 0, end - 2)
+        start = prev + 2 if prev >= 0 else 0
+        event = data[start:end]
+        if event.count(b"\n") == 2 and _NULL_FINISH in event and b'"finish_reason":"' not in event:
+            events = _tokens_only(data, end)
+            return (end, events) if events else (0, 0)
+        end = start
+    return 0, 0
 
 
 def error_text(obj: Any) -> str:
@@ -132,6 +157,21 @@ def model_ids(body: bytes) -> list[str]:
     """The ids of an OpenAI-style model list (`{"data": [{"id": ...}]}`)."""
     obj = jsonutil.loads(body)
     return [m["id"] for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
+
+
+def passthrough_body(req: Request, body: bytes, rename: bytes | None) -> Result:
+    """A same-wire answer, which goes to the client as it came (its model renamed when the
+    route renames it): only what the metrics need is read, its usage. An error body, or one
+    without its choices (or data), is no answer."""
+    obj = jsonutil.loads(body)
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    if obj.get("error"):
+        raise UpstreamError(f"backend error: {error_text(obj)}", upstream_class=UpstreamClass.PROTOCOL)
+    if not isinstance(obj["data" if req.task is Task.EMBEDDING else "choices"], list):
+        raise ValueError("no choices")
+    out = body if rename is None else renamed(body, "model", rename)
+    return Result([], usage_from(obj.get("usage")), obj.get("model"), out)
 
 
 def parse_body(req: Request, body: bytes) -> Answer:
@@ -176,7 +216,7 @@ def parse_body(req: Request, body: bytes) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_done", "_finished", "_passthrough", "_rename")
+    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename")
 
     def __init__(self, chat: bool, passthrough: bool = False, rename: bytes | None = None) -> None:
         super().__init__()
@@ -185,14 +225,29 @@ class OpenAIStreamParser(EventParser):
         self._rename = rename
         self._done = False
         self._finished = False
+        self._empty = b'"content":""' if chat else b'"text":""'
 
     def feed(self, data: bytes) -> list[Event]:
-        if self._passthrough and self._fault is None and self._decoder.between_events() and _plain_chunk(data):
-            # A read of whole events that only carry tokens of choices still under way: it goes
-            # out as it came, undecoded, and tells the metrics a token came.
-            payload = data if self._rename is None else renamed(data, "model", self._rename, count=0)
-            return [Frame(payload, raw=True), A_TOKEN]
-        return super().feed(data)
+        plain = self._passthrough and self._fault is None and self._decoder.between_events()
+        end, events = plain_prefix(data) if plain else (0, 0)
+        if not end:
+            return super().feed(data)
+        # The read's leading events only carry tokens: they go out as they came, undecoded, and
+        # tell the metrics a token came, unless the read is one event with empty content (the role
+        # chunk that opens a chat stream is not a token; a read of several events holds tokens
+        # but for a stream's empty chunks in one read, counted as a token too early at worst).
+        # The rest is read event by event.
+        head = data[:end]
+        self._decoder.skipped()
+        out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0), raw=True)]
+        if events > 1 or self._empty not in head:
+            out.append(A_TOKEN)
+        if end < len(data):
+            try:
+                out += super().feed(data[end:])
+            except PARSE_ERRORS as e:
+                self._fault = e  # raised at the next read, after what came before it went out
+        return out
 
     def on_end(self, out: list[Event]) -> None:
         if not self._done and not self._finished:
@@ -213,6 +268,20 @@ class OpenAIStreamParser(EventParser):
             payload = data if self._rename is None else renamed(data, "model", self._rename)
             out.append(Frame(payload, bare, final, fingerprint if isinstance(fingerprint, str) else None))
         for c in choices:
+            if c.get("finish_reason") is None and c.get("logprobs") is None and "token_ids" not in c:
+                # The usual chunk: a piece of text and nothing else, read without the general
+                # rules below (which give the same event).
+                if self._chat:
+                    delta = c.get("delta") or {}
+                    text = delta.get("content")
+                    plain = type(text) is str and delta.keys() <= _PLAIN_DELTA
+                else:
+                    text = c.get("text")
+                    plain = type(text) is str
+                if plain:
+                    if text:
+                        out.append(TextDelta(text, c.get("index", 0)))
+                    continue
             i = c.get("index", 0)
             ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids
             if self._chat:

@@ -129,9 +129,7 @@ def _parse(stream: bool | None) -> Any:
 
 
 GENERATE = Endpoint(_parse(False), render.render_result(FLAVOUR, array=False), None)
-GENERATE_STREAM = Endpoint(
-    _parse(True), render.render_result(FLAVOUR, array=False), render.stream_renderer(FLAVOUR)
-)
+GENERATE_STREAM = Endpoint(_parse(True), render.render_result(FLAVOUR, array=False), render.stream_renderer(FLAVOUR))
 COMPAT = Endpoint(_parse(None), render.render_result(FLAVOUR, array=True), render.stream_renderer(FLAVOUR))
 
 

@@ -155,7 +155,7 @@ class HoldBackRenderer(ABC):
                     last_text = i
             elif isinstance(ev, FinishEvent) and ev.index == 0:
                 ride = last_text
-        out = b""
+        out = []
         for i, ev in enumerate(events):
             t = type(ev)
             if t is TextDelta:
@@ -168,12 +168,12 @@ class HoldBackRenderer(ABC):
                 self._n_ids += len(ev.token_ids or ())
                 if not self._in_band and self._pending is not None:
                     # The held token is not the last: a token followed it.
-                    out += self._prefix + _dumps(self.token_event(self._pending, self._pending_ms)) + b"\n\n"
+                    out.append(self._prefix + _dumps(self.token_event(self._pending, self._pending_ms)) + b"\n\n")
                     self._pending = None
                 if i == ride or not self._in_band:
                     self._pending, self._pending_ms = ev, ms
                 else:
-                    out += self._prefix + _dumps(self.token_event(ev, ms)) + b"\n\n"
+                    out.append(self._prefix + _dumps(self.token_event(ev, ms)) + b"\n\n")
             elif t is FinishEvent:
                 assert isinstance(ev, FinishEvent)
                 if ev.index == 0:
@@ -181,14 +181,15 @@ class HoldBackRenderer(ABC):
             elif t is UsageEvent:
                 assert isinstance(ev, UsageEvent)
                 self._usage = ev.usage
-        return out
+        return b"".join(out)
 
     def elapsed_ms(self) -> float:
-        """Milliseconds since the previous token (or since the stream began, for the first)."""
+        """Milliseconds since the previous token (or since the stream began, for the first);
+        whoever writes it rounds it."""
         now = time.perf_counter()
         base = self._t_last or self._t0
         self._t_last = now
-        return round((now - base) * 1000, 2)
+        return (now - base) * 1000
 
     @abstractmethod
     def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:

@@ -124,8 +124,6 @@ GENERATE_STREAM = Endpoint(_parse(True), render.render_result, render.stream_ren
 _NOT_READY = Reply(400, jsonutil.dumps({"error": "Model version not ready"}))
 
 
-
-
 def _backend_path(route: RouteView, path: PathValues, tail: str = "") -> str | None:
     """The same path on the route's backend when that is a Triton server (its model name and,
     unless the client named one, its configured version), else None."""
