@@ -515,6 +515,10 @@ class Row:
     others_busy: float | None = None
     added_p50_ms: float | None = None
     failed: list[str] = field(default_factory=list)
+    # The floor's run of the same kind just before this one (gateway rows): a shared machine's
+    # speed drifts over minutes, so each gateway row is compared with a floor measured beside it.
+    floor_rps: float | None = None
+    floor_cpu_us_per_req: float | None = None
     vs_floor: dict[str, float] = field(default_factory=dict)
     vs_direct: dict[str, float] = field(default_factory=dict)
 
@@ -776,7 +780,17 @@ class Bench:
             "routes": routes,
         }
 
-    def gateway_rows(self, base: str, pids: list[int]) -> None:
+    def gateway_rows(self, base: str, pids: list[int], floor: tuple[str, int] | None = None) -> None:
+        """Every scenario's rows; with `floor` (its base URL and pid), each JSON and stream row
+        right after a floor run of the same kind, its reference."""
+        refs: dict[str, tuple[str, dict[str, Any], Expect]] = {}
+        if floor is not None:
+            fb, answer = BASELINE, stub.ANSWERS[BASELINE.answer]
+            for kind, path, body, stream in (
+                ("json", fb.json_path, fb.json_body, False),
+                ("stream", fb.stream_path, fb.stream_body, True),
+            ):
+                refs[kind] = (floor[0] + path, body, check(floor[0] + path, fb.shape, stream, body, answer))
         for sc in SCENARIOS:
             for kind, path, body, stream in (
                 ("json", sc.json_path, sc.json_body, False),
@@ -786,7 +800,15 @@ class Bench:
                 expect = self.checked("gateway", sc, kind, url, body, stream)
                 if expect is not None:
                     self.warm(url, body)
-                self.measure("gateway", sc, kind, url, body, self.s.connections, pids, expect)
+                ref = None
+                if floor is not None:
+                    furl, fbody, fexpect = refs[kind]
+                    ref = self.measure(
+                        "floor", BASELINE, kind, furl, fbody, self.s.connections, [floor[1]], fexpect, record=False
+                    )
+                row = self.measure("gateway", sc, kind, url, body, self.s.connections, pids, expect)
+                if ref is not None and not ref.failed:
+                    row.floor_rps, row.floor_cpu_us_per_req = ref.rps, ref.cpu_us_per_req
             url = f"{base}/json/{sc.key}{sc.json_path}"
             expect = self.checked("gateway", sc, "latency", url, sc.json_body, False)
             self.measure("gateway", sc, "latency", url, sc.json_body, 1, pids, expect)
@@ -811,12 +833,21 @@ class Bench:
         return gw, port
 
     def gateway(self, config: Path) -> None:
-        log("the gateway, one worker:")
+        log("the gateway, one worker (each JSON and stream row after a floor run beside it):")
         gw, port = self.start_gateway("gateway", config, 1, self.proxy_core)
+        # The floor again, idle on the same core but for its reference runs.
+        fport = free_port()
+        floor = self.procs.start(
+            "floor-ref",
+            [self.python, "benchmarks/floor.py", str(fport), f"http://127.0.0.1:{self.nginx_port}"],
+            self.proxy_core,
+        )
         try:
+            wait_listening(self.procs, floor, fport)
             self.memory["idle"] = memory_mib(gw.pid)
             base = f"http://127.0.0.1:{port}"
-            self.gateway_rows(base, [gw.pid])
+            self.gateway_rows(base, [gw.pid], (f"http://127.0.0.1:{fport}", floor.pid))
+            self.procs.stop(floor)
             if not self.s.quick:
                 self.soak(gw.pid, base)
                 sc = PASS_THROUGH
@@ -828,6 +859,7 @@ class Bench:
                 self.workers["one"] = asdict(one)
             log(f"  gateway's log:\n{self.procs.log_tail(gw, 5)}")
         finally:
+            self.procs.stop(floor)
             self.procs.stop(gw, signal.SIGINT)
 
     def soak(self, pid: int, base: str) -> None:
@@ -894,6 +926,11 @@ class Bench:
                 out["p99_ms"] = row.p99_ms / ref.p99_ms
                 if row.cpu_us_per_req and ref.cpu_us_per_req:
                     out["cpu_per_req"] = row.cpu_us_per_req / ref.cpu_us_per_req
+                if attr == "vs_floor" and row.floor_rps:
+                    # The floor run beside this one, rather than the one minutes before.
+                    out["rps"] = row.rps / row.floor_rps
+                    if row.cpu_us_per_req and row.floor_cpu_us_per_req:
+                        out["cpu_per_req"] = row.cpu_us_per_req / row.floor_cpu_us_per_req
                 setattr(row, attr, out)
             direct = self.good("direct", BASELINE.key, "latency")
             if row.kind == "latency" and direct is not None and row is not direct and not row.failed:
