@@ -146,15 +146,17 @@ class HoldBackRenderer(ABC):
         return b""
 
     def render(self, events: list[Event]) -> bytes:
-        # The token that rides in the final event: the last one before a finish in this batch.
+        # The token that rides in the final event: the last one before a finish in this batch
+        # (a backend that does not finish in-band has every token held anyway).
         ride = -1
-        last_text = -1
-        for i, ev in enumerate(events):
-            if isinstance(ev, TextDelta):
-                if ev.index == 0:
-                    last_text = i
-            elif isinstance(ev, FinishEvent) and ev.index == 0:
-                ride = last_text
+        if self._in_band:
+            last_text = -1
+            for i, ev in enumerate(events):
+                if isinstance(ev, TextDelta):
+                    if ev.index == 0:
+                        last_text = i
+                elif isinstance(ev, FinishEvent) and ev.index == 0:
+                    ride = last_text
         out = []
         for i, ev in enumerate(events):
             t = type(ev)
@@ -263,7 +265,14 @@ class TGIStreamRenderer(HoldBackRenderer):
         return out
 
     def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:
-        return self._event(d) | {"generated_text": None, "details": None}
+        # One literal, not _event's merge: this runs once per streamed token.
+        fl = self._fl
+        token = {"id": ids_value(d.token_ids, fl.unknown_id, fl.id_lists), "text": d.text, "logprob": None}
+        token["special"] = False
+        if fl.index:
+            self._index += 1
+            return {"index": self._index, "token": token, "generated_text": None, "details": None}
+        return {"token": token, "generated_text": None, "details": None}
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
