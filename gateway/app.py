@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -22,12 +23,16 @@ from gateway.health import READINESS, Readiness, healthz, readyz
 from gateway.logs import install_redaction
 from gateway.metrics import CONTENT_TYPE, Metrics, multiprocess_dir, watch_loop_lag
 from gateway.neutral.errors import GatewayError
+from gateway.proxy import poolmember
 from gateway.proxy.engine import ProxyEngine
 from gateway.proxy.exchange import SERVICES, Services
 from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
+
+if TYPE_CHECKING:
+    from gateway.tracing import Tracing
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -50,9 +55,18 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
         REDACT.add(secret_header_values(conf.headers))
     svc = Services.of(metrics, config.limits, config.auth.keys() if config.auth else None)
     svc.trusted_proxies = config.listen.proxy_networks()
+    svc.objectives = dict(config.inference_objectives)
     app[SERVICES] = svc
+    tracing = svc.tracing = _tracing(config)
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
     app[BACKENDS] = backends
+    pool_member = config.metrics.model_server_gauges and metrics.enabled
+    if pool_member:
+        # The vLLM-named gauges of each backend, under the model name its clients use.
+        names = poolmember.model_names(config)
+        gauges = metrics.model_server()
+        for b in backends.values():
+            b.load = gauges.load(names[b.name])
     for b in backends.values():
         _watch_backend(b, metrics)
     readiness = Readiness(list(backends.values()))
@@ -61,7 +75,8 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
     groups: dict[tuple[str, str], RouteGroup] = {}
     for r in config.routes:
         b = backends[r.backend]
-        route = Route(r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, ProxyEngine(b))
+        engine = ProxyEngine(b, tracing)
+        route = Route(r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, engine)
         key = (r.dialect, r.prefix)
         groups.setdefault(key, RouteGroup(r.dialect, r.prefix, [], readiness.all_ready)).routes.append(route)
     for (dialect, prefix), group in groups.items():
@@ -77,10 +92,14 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
     elif own_metrics:
         app.cleanup_ctx.append(_metrics_listener(config, _metrics_handler(metrics)))
 
+    if tracing is not None:
+        app.cleanup_ctx.append(_traces(tracing))  # stopped after the backends' sessions
     simulated = [b for b in backends.values() if b.conf.simulate]
     if simulated:
         app.cleanup_ctx.append(_simulated_backends(simulated))
     app.cleanup_ctx.append(_client_sessions(list(backends.values())))
+    if pool_member:
+        app.cleanup_ctx.append(poolmember.scraping(list(backends.values()), names, gauges.cache))
     if own_metrics:
         app.cleanup_ctx.append(_loop_lag(metrics))
     with_tokenizer = [b for b in backends.values() if b.conf.tokenizer]
@@ -119,7 +138,39 @@ def _watch_backend(b: Backend, metrics: Metrics) -> None:
     b.health.watch(changed)
     if b.gate is not None:
         queued = metrics.queued.labels(b.name)
-        b.gate.watch(queued.set)
+        load = b.load
+        if load is None:
+            b.gate.watch(queued.set)
+            return
+
+        def on_queue(n: int) -> None:
+            queued.set(n)
+            load.queued(n)  # vllm:num_requests_waiting
+
+        b.gate.watch(on_queue)
+
+
+def _tracing(config: Config) -> "Tracing | None":
+    """The app's tracer when the config turns tracing on. Only then is OpenTelemetry imported."""
+    if config.tracing is None:
+        return None
+    from gateway.tracing import Tracing
+
+    conf = config.tracing
+    return Tracing(conf.otlp_endpoint, conf.sample_ratio, conf.service_name)
+
+
+def _traces(tracing: "Tracing"):  # type: ignore[no-untyped-def]
+    """The tracer's provider and exporter, from the app's start to its end, when the spans still
+    queued are exported."""
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        tracing.start()
+        log.info("tracing: spans go to %s (sampled at %g)", tracing.shown, tracing.sample_ratio)
+        yield
+        await tracing.stop()
+
+    return ctx
 
 
 def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def]

@@ -97,6 +97,9 @@ class Limits(_Strict):
 class Metrics(_Strict):
     path: str = "/metrics"
     port: int | None = Field(None, ge=0, le=65535)
+    # Pool-member mode: the vLLM-named gauges the Inference Extension's endpoint picker reads
+    # (running and waiting requests per backend, and the backend's own KV-cache use).
+    model_server_gauges: bool = False
 
     @field_validator("path")
     @classmethod
@@ -164,7 +167,17 @@ class Backend(_Strict):
     max_connections: int = Field(256, gt=0)
     tokenizer: str | None = None
     tls: BackendTLS | None = None
+    # Where the backend's own Prometheus metrics are, for its KV-cache use in pool-member mode
+    # (unset: where the dialect's servers usually have them, if they have a KV figure at all).
+    metrics_url: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"not an http(s) URL: {v!r}")
+        return v
 
     @model_validator(mode="after")
     def _one_target(self) -> "Backend":
@@ -191,6 +204,25 @@ class Shutdown(_Strict):
     grace_s: float = Field(30.0, ge=0)
 
 
+class Tracing(_Strict):
+    """OpenTelemetry traces, exported over OTLP/HTTP (README, Operations: Tracing). Unset: off."""
+
+    # The collector's traces URL (http://collector:4318/v1/traces); a bare http://host:port
+    # gets OTLP's /v1/traces.
+    otlp_endpoint: str
+    # Of the traces that begin at the gateway; a client's traceparent keeps its own decision.
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    service_name: str = Field("llm-gateway", min_length=1)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        m = re.match(r"^https?://[^/\s]+", v)
+        if m is None:
+            raise ValueError(f"not an http(s) URL: {v!r}")
+        return v.rstrip("/") + "/v1/traces" if v[m.end() :] in ("", "/") else v
+
+
 class Route(_Strict):
     name: str = Field(min_length=1)
     dialect: DialectName
@@ -213,6 +245,10 @@ class Config(_Strict):
     metrics: Metrics = Field(default_factory=Metrics)
     logging: Logging = Field(default_factory=Logging)
     shutdown: Shutdown = Field(default_factory=Shutdown)
+    tracing: Tracing | None = None
+    # The priority of each InferenceObjective of the pool (its spec.priority: higher goes first),
+    # by the name requests carry in the Inference Extension's objective header.
+    inference_objectives: dict[str, int] = Field(default_factory=dict)
     backends: dict[str, Backend]
     routes: list[Route]
 

@@ -42,7 +42,6 @@ LOAD = "load"
 REJECTED = "rejected"
 
 
-
 # Net allocations of tracked objects between two collections of the youngest generation. A
 # request makes a few hundred objects that reference counting frees; at Python's default (700)
 # the collector still ran every few requests and took about a tenth of the CPU under load.
@@ -56,6 +55,7 @@ def settle_collector() -> None:
     collector's sight (`gc.freeze`) instead of being traversed by every full collection."""
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, 10, 10)
+
 
 class Gateway:
     """One serving process: listener, generations, signals, reloads and the drain."""

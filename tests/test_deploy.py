@@ -1,7 +1,8 @@
 """deploy/: Kubernetes manifests validated against the Kubernetes JSON schemas shipped in the
-kubernetes-validate package (offline, strict: unknown fields fail), the ServiceMonitor CRD and the
-Dockerfile checked structurally, the shipped gateway configs parsed by the gateway itself, and
-the Grafana dashboard's queries checked against the metric names a running gateway exposes."""
+kubernetes-validate package (offline, strict: unknown fields fail), the InferencePool and HTTPRoute
+against schemas written from their CRDs (tests/inference_crds.py, as strict), the ServiceMonitor CRD
+and the Dockerfile checked structurally, the shipped gateway configs parsed by the gateway itself,
+and the Grafana dashboard's queries checked against the metric names a running gateway exposes."""
 
 import json
 import re
@@ -16,13 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.app import create_app
 from gateway.config import Config, expand_env, parse_config
 from gateway.dialects import registry as dialects
+from tests import inference_crds
 from tests.conftest import one_route
 from tests.test_metrics import gateway_metrics_text, run_mix
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 K8S_VERSION = "1.30"
 MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
-CRD_KINDS = {"ServiceMonitor"}
+CRD_KINDS = {"ServiceMonitor", "InferencePool", "HTTPRoute"}
 DASHBOARD = DEPLOY / "grafana" / "llm-gateway-dashboard.json"
 
 
@@ -44,6 +46,7 @@ def test_the_expected_objects_are_there():
         [
             *("ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"),
             *("ConfigMap", "Deployment", "Service"),
+            *("ConfigMap", "Deployment", "InferencePool", "HTTPRoute"),
             "ServiceMonitor",
         ]
     )
@@ -89,7 +92,9 @@ def test_deployments_probe_resources_and_users():
         assert g["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
         ctx = {**pod.get("securityContext", {}), **g.get("securityContext", {})}
         assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] != 0
-        assert {p["name"] for p in g["ports"]} == {"http", "metrics"}
+        # A metrics port where the gateway's config gives its metrics their own listener.
+        separate = deployment_config(dep).metrics.port is not None
+        assert {p["name"] for p in g["ports"]} == ({"http", "metrics"} if separate else {"http"})
 
 
 def test_services_hpa_and_pdb_point_at_the_pods():
@@ -120,6 +125,14 @@ def config_of(configmap_name: str) -> dict[str, Any]:
     return data
 
 
+def deployment_config(dep: dict[str, Any]) -> Config:
+    """The gateway config a Deployment mounts (its shape: secrets and dialect options aside)."""
+    pod = dep["spec"]["template"]["spec"]
+    [volume] = [m["name"] for m in gateway_container(dep)["volumeMounts"] if m["mountPath"] == "/etc/gateway"]
+    [name] = [v["configMap"]["name"] for v in pod["volumes"] if v["name"] == volume]
+    return Config.model_validate(expand_env(config_of(name), "", []))
+
+
 def test_standalone_config_is_a_valid_gateway_config(monkeypatch):
     monkeypatch.setenv("VLLM_TOKEN", "t")
     monkeypatch.setenv("GATEWAY_API_KEYS", "k1,k2")
@@ -141,6 +154,76 @@ def test_sidecar_routes_openai_clients_to_mindie_on_localhost():
     [dep] = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "mindie-qwen"]
     names = [c["name"] for c in dep["spec"]["template"]["spec"]["containers"]]
     assert names == ["mindie", "gateway"]
+
+
+@pytest.mark.parametrize("kind", sorted(inference_crds.SCHEMAS))
+def test_inference_resources_validate_against_their_crd_schemas(kind):
+    found = of_kind(kind)
+    assert found
+    for doc in found:
+        assert inference_crds.problems(doc) == [], f"{kind}/{doc['metadata']['name']}"
+
+
+def test_crd_schema_validation_catches_mistakes():
+    [pool] = of_kind("InferencePool")
+    [route] = of_kind("HTTPRoute")
+
+    def broken(doc: dict[str, Any], change: Any) -> list[str]:
+        bad = json.loads(json.dumps(doc))
+        change(bad["spec"])
+        return inference_crds.problems(bad)
+
+    assert broken(pool, lambda s: s.update(targetport=[{"number": 8000}]))  # misspelt
+    assert broken(pool, lambda s: s["targetPorts"].append({"number": 8000}))  # not unique
+    assert broken(pool, lambda s: s["targetPorts"][0].update(number=70000))
+    assert broken(pool, lambda s: s["endpointPickerRef"].pop("port"))  # a Service needs its port
+    assert broken(pool, lambda s: s["endpointPickerRef"].update(failureMode="Retry"))
+    assert broken(pool, lambda s: s.pop("selector"))
+    assert broken(route, lambda s: s["rules"][0]["backendRefs"][0].update(kind="Service", group=""))  # no port
+    assert broken(route, lambda s: s["rules"][0]["matches"][0]["path"].update(value="v1/"))
+    assert broken(route, lambda s: s["rules"][0]["timeouts"].update(request="15 minutes"))
+    assert broken(route, lambda s: s["rules"][0].update(backendref=[]))
+
+
+def test_pool_member_pods_are_what_the_pool_selects_and_reads():
+    [pool] = of_kind("InferencePool")
+    [route] = of_kind("HTTPRoute")
+    [dep] = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "qwen-pool"]
+    pod = dep["spec"]["template"]
+    # The pool selects these pods, and sends requests (and the picker its scrapes) to the gateway.
+    assert pool["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["mindie", "gateway"]
+    [port] = gateway_container(dep)["ports"]
+    assert pool["spec"]["targetPorts"] == [{"number": port["containerPort"]}]
+    # The picker reads vLLM's names from these pods (the engine-type label, else its default).
+    for key in ("llm-d.ai/engine-type", "inference.networking.k8s.io/engine-type"):
+        assert pod["metadata"]["labels"].get(key, "vllm") == "vllm"
+    [rule] = route["spec"]["rules"]
+    assert rule["backendRefs"] == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool["metadata"]["name"]}
+    ]
+    # The gateway's config: pool-member mode, its metrics at /metrics on that same port.
+    data = config_of("qwen-pool-gateway-config")
+    config = parse_config(data) if "mindie" in dialects.available() else Config.model_validate(data)
+    assert config.metrics.model_server_gauges is True
+    assert (config.metrics.port, config.metrics.path) == (None, "/metrics")
+    assert config.listen.port == port["containerPort"]
+    [backend] = config.backends.values()
+    assert backend.url == "http://127.0.0.1:1025" and backend.metrics_url
+    assert backend.max_concurrent and config.inference_objectives
+    env = {e["name"]: e["value"] for c in pod["spec"]["containers"] if c["name"] == "mindie" for e in c["env"]}
+    assert env["MIES_SERVICE_MONITOR_MODE"] == "1"  # MindIE's service metrics are on
+
+
+async def test_the_pool_member_config_serves_what_the_picker_reads(upstream, aiohttp_client):
+    data = config_of("qwen-pool-gateway-config")
+    data["backends"]["mindie"].update(url=upstream.url, metrics_url=upstream.url + "/metrics")
+    client = await aiohttp_client(create_app(parse_config(data)))
+    text = await (await client.get(data["metrics"]["path"])).text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+        assert families[name].type == "gauge"
+        assert [(s.labels, s.value) for s in families[name].samples] == [({"model_name": "qwen2.5-7b"}, 0.0)]
 
 
 def test_image_default_config_parses():

@@ -337,7 +337,7 @@ def _prestop_sleep(container: dict[str, Any]) -> float:
     return float(m.group(1))
 
 
-@pytest.mark.parametrize("manifest", ["gateway.yaml", "sidecar-mindie.yaml"])
+@pytest.mark.parametrize("manifest", ["gateway.yaml", "sidecar-mindie.yaml", "pool-member-mindie.yaml"])
 def test_kubernetes_grace_period_agrees_with_the_drain(manifest):
     """The pod's terminationGracePeriodSeconds covers the gateway's drain delay, grace period and
     the parent's margin, after any preStop sleep; the gateway itself needs no preStop sleep (its

@@ -378,7 +378,11 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
     def run(cuts: list[int], include_usage: bool) -> tuple[bytes, list[tuple[Any, ...]]]:
         p = OpenAIStreamParser(True, passthrough=True)
         req = Request(
-            task=Task.CHAT, inbound="openai", model="m", messages=[Message("user", "hi")], stream=True,
+            task=Task.CHAT,
+            inbound="openai",
+            model="m",
+            messages=[Message("user", "hi")],
+            stream=True,
             include_usage=include_usage,
         )
         r = render.PassthroughStream(render.OPENAI, req)

@@ -102,6 +102,7 @@ async def test_a_reset_before_headers_is_not_resent_unless_allowed(replicas, mak
     # in a row eject it; the rest go to the other replica.
     assert statuses.count(502) == 3 and statuses.count(200) == 97
     assert len(bad.requests) == 3
+
     def ids(up: FakeUpstream) -> set[str]:
         return {v for r in up.requests for k, v in r.headers.items() if k.lower() == "x-request-id"}
 

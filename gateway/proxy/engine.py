@@ -12,9 +12,9 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 from yarl import URL
@@ -38,16 +38,20 @@ from gateway.neutral.events import Event
 from gateway.neutral.types import Answer, Request, Result
 from gateway.proxy import fanout
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
-from gateway.proxy.plan import Plan, UpstreamTimes, make_plan
+from gateway.proxy.plan import NO_HEADERS, Plan, UpstreamTimes, make_plan
 from gateway.proxy.routing import Backend, shown_url
 from gateway.redact import REDACT
+
+if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
+    from gateway.tracing import ClientTrace, Tracing
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")
 MAX_ERROR_BODY = 64 * 1024
 MAX_INFO_BODY = 1024 * 1024  # a model list or a model's metadata
-# No client header reaches a backend but the request id: credentials belong to each side, and
-# MindIE steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
+# No client header reaches a backend but the request id and the Inference Extension's
+# (plan.POOL_HEADERS): credentials belong to each side, and MindIE steers its scheduler by
+# headers (req-id, req-type, d-target, is-recompute).
 READ_FAULTS = (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
@@ -56,9 +60,11 @@ def _malformed(backend: Backend, what: str) -> UpstreamError:
 
 
 class ProxyEngine:
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, tracing: "Tracing | None" = None) -> None:
         self.backend = backend
         self.codec = backend.dialect.outbound
+        # Begins each upstream request's span; None with tracing off.
+        self._trace = tracing.client(backend.name, backend.conf.dialect, backend.model) if tracing else None
         conf = backend.conf
         # A stream may run for long; what must not run long is the wait for its next chunk.
         self._stream_timeout = aiohttp.ClientTimeout(
@@ -67,8 +73,10 @@ class ProxyEngine:
         self._whole_timeout = aiohttp.ClientTimeout(total=conf.timeout_s, sock_connect=conf.connect_timeout_s)
         self._urls: dict[str, URL] = {}
 
-    def plan(self, req: Request, request_id: str, body_bytes: int, max_fanout: int) -> Plan:
-        return make_plan(self.codec, self.backend.view, req, request_id, body_bytes, max_fanout)
+    def plan(
+        self, req: Request, request_id: str, body_bytes: int, max_fanout: int, headers: Mapping[str, str] = NO_HEADERS
+    ) -> Plan:
+        return make_plan(self.codec, self.backend.view, req, request_id, body_bytes, max_fanout, headers)
 
     def _url(self, base: str, path: str) -> URL:
         """Parsed once per replica and path: yarl's parse is a measurable part of a request."""
@@ -84,9 +92,11 @@ class ProxyEngine:
         """The upstream call for one part. A large request may mean a long chat-template render
         or tokenizer run: off the event loop, so one big prompt does not stall the others."""
         out = Outgoing(part, plan.backend, plan.request_id, plan.same_wire, plan.variant)
-        if plan.body_bytes >= OFFLOAD_BYTES:
-            return await offload(self._build, out)
-        return self._build(out)
+        call = await offload(self._build, out) if plan.body_bytes >= OFFLOAD_BYTES else self._build(out)
+        if plan.headers:
+            # The Inference Extension's headers go on as the client sent them (the codec's own win).
+            call = replace(call, headers={**plan.headers, **(call.headers or {})})
+        return call
 
     def _build(self, out: Outgoing) -> UpstreamCall:
         try:
@@ -97,14 +107,19 @@ class ProxyEngine:
                 "The request body nests too deeply or holds a number out of range", code="invalid_json"
             ) from None
 
-    async def _send(self, call: UpstreamCall, request_id: str, configured: bool) -> aiohttp.ClientResponse:
+    async def _send(
+        self, call: UpstreamCall, request_id: str, configured: bool, trace: "ClientTrace | None" = None
+    ) -> aiohttp.ClientResponse:
         """Send the call; an UpstreamError for any answer but a 2xx. `configured`: the model
-        asked for is the one the backend's config names, so a 404 is the operator's mistake."""
+        asked for is the one the backend's config names, so a 404 is the operator's mistake.
+        `trace`: the request's span, whose context the backend gets and which sees each attempt."""
         b = self.backend
         conf = b.conf
         headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
         if call.body is not None:
             headers.setdefault("Content-Type", "application/json")
+        if trace is not None:
+            trace.inject(headers)
         timeout = self._stream_timeout if call.stream else self._whole_timeout
         # Unset, the wait for the headers is bounded by aiohttp's own timeouts: the whole
         # answer's (timeout_s), or for a stream the read timeout (also timeout_s).
@@ -115,6 +130,8 @@ class ProxyEngine:
         failure: UpstreamError | None = None
         for n, i in enumerate(order[:attempts]):
             if n:
+                if trace is not None:
+                    trace.retry(n, order[n - 1], failure)
                 await asyncio.sleep(conf.retry_backoff_s * 2 ** (n - 1) * random.uniform(0.5, 1.5))
             url = b.urls[i]
             try:
@@ -154,6 +171,8 @@ class ProxyEngine:
                 if conf.retry_on_timeout:
                     continue
                 raise failure from None
+            if trace is not None:
+                trace.replied(i, n, resp)
             if resp.status < 300:
                 b.health.succeeded(i)
                 return resp
@@ -222,14 +241,25 @@ class ProxyEngine:
     # ---- whole answers -----------------------------------------------------------------------
 
     async def complete(self, plan: Plan) -> Answer:
-        return await fanout.complete_parts(plan, self._complete)
+        return await fanout.complete_parts(plan, self._complete if self._trace is None else self._traced_complete)
 
-    async def _complete(self, plan: Plan, part: Request) -> Answer:
+    async def _traced_complete(self, plan: Plan, part: Request) -> Answer:
+        assert self._trace is not None
+        trace = self._trace.start(part)
+        try:
+            answer = await self._complete(plan, part, trace)
+        except BaseException as e:
+            trace.fail(e)
+            raise
+        trace.answered(answer)
+        return answer
+
+    async def _complete(self, plan: Plan, part: Request, trace: "ClientTrace | None" = None) -> Answer:
         call = await self._call(plan, part)
         times = plan.times
         span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, plan.request_id, _configured(plan, part))
+            resp = await self._send(call, plan.request_id, _configured(plan, part), trace)
             try:
                 body = await resp.read()
             except (TimeoutError, aiohttp.ServerTimeoutError):
@@ -267,14 +297,24 @@ class ProxyEngine:
     # ---- streams -----------------------------------------------------------------------------
 
     async def open_stream(self, plan: Plan) -> EventStream:
-        return await fanout.open_parts(plan, self._open)
+        return await fanout.open_parts(plan, self._open if self._trace is None else self._traced_open)
 
-    async def _open(self, plan: Plan, part: Request) -> EventStream:
+    async def _traced_open(self, plan: Plan, part: Request) -> EventStream:
+        assert self._trace is not None
+        trace = self._trace.start(part)
+        try:
+            stream = await self._open(plan, part, trace)
+        except BaseException as e:
+            trace.fail(e)
+            raise
+        return trace.watch(stream)  # the span ends when the stream is closed
+
+    async def _open(self, plan: Plan, part: Request, trace: "ClientTrace | None" = None) -> EventStream:
         call = await self._call(plan, part)
         times = plan.times
         span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, plan.request_id, _configured(plan, part))
+            resp = await self._send(call, plan.request_id, _configured(plan, part), trace)
         except BaseException:
             times.ended(span, time.perf_counter())
             raise

@@ -16,14 +16,14 @@ import re
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.config import Limits
-from gateway.metrics import Metrics
+from gateway.metrics import BackendLoad, Metrics
 from gateway.neutral.errors import (
     GatewayError,
     InvalidRequest,
@@ -40,8 +40,11 @@ from gateway.proxy import observe
 from gateway.proxy.admission import Budget, Gate, Ticket
 from gateway.proxy.observe import Exchange
 from gateway.proxy.peers import Network, key_id
-from gateway.proxy.plan import DROPPED_HEADER, Plan
+from gateway.proxy.plan import DROPPED_HEADER, Plan, pool_headers
 from gateway.proxy.routing import Route, RouteGroup
+
+if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
+    from gateway.tracing import ServerTrace, Tracing
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")
@@ -85,6 +88,8 @@ class Services:
     limits: Limits
     budget: Budget
     trusted_proxies: list[Network] = field(default_factory=list)
+    # InferenceObjective name -> its priority (config: inference_objectives).
+    objectives: dict[str, int] = field(default_factory=dict)
     access_log: bool = True  # off for the gateway's in-process simulated backends
     # Streams being written, so that a shutdown past its grace period can end each one the
     # dialect's way (an in-band error and the terminator) instead of cutting its socket.
@@ -92,6 +97,7 @@ class Services:
     ending: bool = False
     # The gateway is draining: answers say `Connection: close` (a stream's, before it starts).
     closing: bool = False
+    tracing: "Tracing | None" = None  # None: tracing is off
 
     def end_streams(self) -> int:
         """End every stream still being written; how many there were."""
@@ -117,7 +123,22 @@ PRIORITY_HEADER = "X-Gateway-Priority"
 DEFAULT_PRIORITY = 3
 
 
-def priority_of(request: web.Request, req: Request) -> int:
+# The Inference Extension's objective header (the llm-d router's name, then the extension's own)
+# names an InferenceObjective, whose priority goes the other way (higher first, 0 when unset). It
+# is put on this scale so that both defaults meet: priority p ranks as 3 - p (1 as 2, 10 before
+# any X-Gateway-Priority, -1 as 4).
+OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
+
+
+def priority_of(request: web.Request, req: Request, objectives: dict[str, int] | None = None) -> int:
+    """A request's place in its backend's queue, lowest first: the priority of the objective its
+    objective header names (when `objectives` knows it), else MindIE's `priority`, else
+    X-Gateway-Priority, else 3."""
+    if objectives:
+        for header in OBJECTIVE_HEADERS:
+            named = request.headers.get(header)
+            if named is not None and named in objectives:
+                return DEFAULT_PRIORITY - objectives[named]
     if req.params.priority is not None:
         return req.params.priority
     given = request.headers.get(PRIORITY_HEADER, "")
@@ -202,6 +223,9 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     body_read = False
     gate: Gate | None = None
     held = 0
+    load: BackendLoad | None = None  # pool-member mode: the backend's running-requests gauge
+    running = 0
+    trace = svc.tracing.server(request, ex.request_id, group.dialect) if svc.tracing is not None else None
     try:
         ex.key = check_auth(request, svc)
         # The slot and the body's room are taken before the body is read: a flood of slow or
@@ -213,14 +237,19 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         req = ep.parse(body, path)
         ex.route = route = group.route(ep.path_model(path) if ep.path_model else req.model)
         backend = route.backend
-        plan = route.engine.plan(req, ex.request_id, len(body), svc.limits.max_fanout)
+        if trace is not None:
+            trace.request(req, route.name, backend.name, backend.conf.dialect, backend.model)
+        plan = route.engine.plan(req, ex.request_id, len(body), svc.limits.max_fanout, pool_headers(request.headers))
         svc.budget.take_slots(ticket, plan.width - 1)
         when = deadline(backend.conf.max_duration_s, req.params.timeout, ex.start)
         if backend.gate is not None:
             # Waiting for the backend's own slot counts against the request's deadline.
-            held = await within(when, backend.gate.enter(plan.width, priority_of(request, req)))
+            held = await within(when, backend.gate.enter(plan.width, priority_of(request, req, svc.objectives)))
             gate = backend.gate
         counted = True
+        if backend.load is not None:
+            load, running = backend.load, held or plan.width
+            load.running.inc(running)
         if svc.metrics.enabled:
             rm = svc.metrics.route(route.name, backend.name)
             rm.in_flight.inc()
@@ -236,10 +265,12 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         )
         ex.upstream = plan.times
         if req.stream and ep.stream_renderer is not None:
-            resp = await _stream(request, ep, route, req, plan, ctx, ex, when)
+            resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace)
             ex.status = resp.status
             return resp
         result = await within(when, route.engine.complete(plan))
+        if trace is not None:
+            trace.saw_answer(result)
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         ex.counted(result.usage)
         # The type as a header, not `content_type=`: aiohttp would parse it again.
@@ -273,12 +304,16 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     finally:
         if gate is not None:
             gate.leave(held)
+        if load is not None:
+            load.running.dec(running)
         svc.budget.release(ticket)
         if counted and ex.route is not None and svc.metrics.enabled:
             svc.metrics.route(ex.route.name, ex.route.backend.name).in_flight.dec()
         if ex.disconnect:
             ex.status = 499
         observe.finish(svc.metrics, request, group, ex, svc.trusted_proxies if svc.access_log else None)
+        if trace is not None:
+            trace.end(ex)
 
 
 async def _relay(
@@ -308,10 +343,13 @@ async def _stream(
     ctx: RenderContext,
     ex: Exchange,
     when: float | None,
+    trace: "ServerTrace | None",
 ) -> web.StreamResponse:
     assert ep.stream_renderer is not None
     svc = request.app[SERVICES]
     stream = await within(when, route.engine.open_stream(plan))
+    if trace is not None:
+        stream = trace.watch(stream)
     task = asyncio.current_task()
     try:
         renderer = ep.stream_renderer(req, ctx)

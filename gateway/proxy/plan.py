@@ -9,6 +9,7 @@ nothing after this point decides any of it again.
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from gateway.codec.contract import BackendView, EventStream, Outbound, Reply
@@ -17,6 +18,32 @@ from gateway.neutral.params import Fate, Params, default_fate, is_off
 from gateway.neutral.types import Answer, Request, Task
 
 DROPPED_HEADER = "X-Gateway-Dropped-Params"
+# The request headers of the Gateway API Inference Extension that a pool puts on a request for
+# its model server: the objective, the fairness id, the model-name rewrite (the llm-d router's
+# names and the extension's older ones, which it still reads) and the endpoint the picker chose.
+# They are passed on to the backend as they came; no other client header is, but the request id.
+POOL_HEADERS = (
+    "x-llm-d-inference-objective",
+    "x-gateway-inference-objective",
+    "x-llm-d-inference-fairness-id",
+    "x-gateway-inference-fairness-id",
+    "x-llm-d-model-name-rewrite",
+    "x-gateway-model-name-rewrite",
+    "x-gateway-destination-endpoint",
+)
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+def pool_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """The Inference Extension's headers among a client's (a case-insensitive mapping)."""
+    found: dict[str, str] | None = None
+    for name in POOL_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            if found is None:
+                found = {}
+            found[name] = value
+    return NO_HEADERS if found is None else found
 
 
 def apply_policy(
@@ -90,6 +117,8 @@ class Plan:
     # When each upstream request went out and came back: the engine's record of carrying out
     # the plan, read by whoever observes the exchange.
     times: "UpstreamTimes" = field(default_factory=lambda: UpstreamTimes())
+    # Client headers every upstream request carries (the Inference Extension's: POOL_HEADERS).
+    headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
 
     @property
     def width(self) -> int:
@@ -121,7 +150,9 @@ class Engine(Protocol):
     """What produces answers for a route: the proxy engine asks a backend over HTTP. It makes
     each request's plan, then carries it out."""
 
-    def plan(self, req: Request, request_id: str, body_bytes: int, max_fanout: int) -> Plan: ...
+    def plan(
+        self, req: Request, request_id: str, body_bytes: int, max_fanout: int, headers: Mapping[str, str] = NO_HEADERS
+    ) -> Plan: ...
 
     async def complete(self, plan: Plan) -> Answer: ...
 
@@ -133,14 +164,32 @@ class Engine(Protocol):
 
 
 def make_plan(
-    codec: Outbound, backend: BackendView, req: Request, request_id: str, body_bytes: int, max_fanout: int
+    codec: Outbound,
+    backend: BackendView,
+    req: Request,
+    request_id: str,
+    body_bytes: int,
+    max_fanout: int,
+    headers: Mapping[str, str] = NO_HEADERS,
 ) -> Plan:
     """The plan for `req` on a backend of `codec`'s dialect; InvalidRequest when it would fan out
-    to more than `max_fanout` upstream requests, Unsupported when a parameter cannot be carried."""
+    to more than `max_fanout` upstream requests, Unsupported when a parameter cannot be carried.
+    `headers`: the client's headers that go upstream as they came (`pool_headers`)."""
     carriage = codec.carriage(req, backend)
     same_wire = req.inbound == backend.dialect
     if same_wire and codec.forwards_same_wire:
-        return Plan(request_id, body_bytes, backend, (req,), 1, True, True, carriage.variant, carriage.finish_in_band)
+        return Plan(
+            request_id,
+            body_bytes,
+            backend,
+            (req,),
+            1,
+            True,
+            True,
+            carriage.variant,
+            carriage.finish_in_band,
+            headers=headers,
+        )
     fates = dict(carriage.fates)
     keep = req.params.include_stop_str_in_output
     stops_here = bool(
@@ -186,6 +235,7 @@ def make_plan(
         stops=stops,
         include_stop=bool(params.include_stop_str_in_output),
         fill_token_ids=req.wants_token_ids and bool(backend.tokenizer) and not same_wire,
+        headers=headers,
     )
 
 

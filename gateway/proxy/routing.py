@@ -11,6 +11,7 @@ import aiohttp
 
 from gateway import config as cfg
 from gateway.codec.contract import BackendView, Dialect, Reply, RouteView
+from gateway.metrics import BackendLoad
 from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate
 from gateway.proxy.plan import Engine
@@ -32,6 +33,8 @@ class Backend:
     gate: Gate | None = None
     # This backend's own connection pool (its connection limit, no cookies), opened with the app.
     session: aiohttp.ClientSession | None = None
+    # Pool-member mode: its requests running and waiting, as vLLM-named gauges (else None).
+    load: BackendLoad | None = None
 
     @property
     def model(self) -> str | None:

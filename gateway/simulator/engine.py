@@ -1,12 +1,13 @@
 """The simulator's engine: answers from the fake model, streamed token by token."""
 
 import asyncio
+from collections.abc import Mapping
 
 from gateway.codec.contract import BackendView, EventStream, NoOptions, Reply
 from gateway.neutral.events import Event, FinishEvent, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Answer, Request, Task, Usage
 from gateway.proxy import fanout
-from gateway.proxy.plan import Plan, fan_out, prompts
+from gateway.proxy.plan import NO_HEADERS, Plan, fan_out, prompts
 from gateway.simulator import model
 
 _ITSELF = BackendView("simulator", "simulator", None, NoOptions())
@@ -16,7 +17,9 @@ class SimEngine:
     def __init__(self, token_delay_s: float = 0.0) -> None:
         self.token_delay_s = token_delay_s
 
-    def plan(self, req: Request, request_id: str, body_bytes: int, max_fanout: int) -> Plan:
+    def plan(
+        self, req: Request, request_id: str, body_bytes: int, max_fanout: int, headers: Mapping[str, str] = NO_HEADERS
+    ) -> Plan:
         # The fake model is the server: it takes every parameter as it is and makes n choices;
         # a batch of prompts is answered prompt by prompt.
         batch = prompts(req)

@@ -168,10 +168,19 @@ def passthrough_body(req: Request, body: bytes, rename: bytes | None) -> Result:
         raise ValueError("not an object")
     if obj.get("error"):
         raise UpstreamError(f"backend error: {error_text(obj)}", upstream_class=UpstreamClass.PROTOCOL)
-    if not isinstance(obj["data" if req.task is Task.EMBEDDING else "choices"], list):
+    items = obj["data" if req.task is Task.EMBEDDING else "choices"]
+    if not isinstance(items, list):
         raise ValueError("no choices")
+    # Each choice's finish, for whoever observes the exchange (a trace); the text is not read.
+    choices = (
+        []
+        if req.task is Task.EMBEDDING
+        else [
+            Choice(c.get("index", 0), finish=openai_finish(c.get("finish_reason"), c.get("stop_reason"))) for c in items
+        ]
+    )
     out = body if rename is None else renamed(body, "model", rename)
-    return Result([], usage_from(obj.get("usage")), obj.get("model"), out)
+    return Result(choices, usage_from(obj.get("usage")), obj.get("model"), out)
 
 
 def parse_body(req: Request, body: bytes) -> Answer:
