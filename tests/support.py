@@ -7,8 +7,10 @@ coroutine that answers one request (helpers below build the usual ones), then as
 
 import asyncio
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -139,3 +141,27 @@ def sse_payloads(body: bytes) -> list[bytes]:
 def sse_json(body: bytes) -> list[Any]:
     """Every event's data parsed as JSON ([DONE] kept as the string "[DONE]")."""
     return ["[DONE]" if p == b"[DONE]" else jsonutil.loads(p) for p in sse_payloads(body)]
+
+
+async def start_workers(
+    config: Path, port: int, env: dict[str, str], workers: int = 2
+) -> tuple[asyncio.subprocess.Process, bytes]:
+    """`gateway serve --workers N` on `config` at 127.0.0.1:`port`, a process of its own, and
+    what it logged up to "listening on" (its stderr stays open); the caller stops it."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1",
+        "--port", str(port), "--workers", str(workers),
+        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    banner = b""
+    try:
+        while b"listening on" not in banner:
+            line = await asyncio.wait_for(proc.stderr.readline(), 60)
+            assert line, f"gateway exited early: {banner.decode()}"
+            banner += line
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc, banner

@@ -8,7 +8,6 @@ import asyncio
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from gateway.neutral.events import TextDelta, UsageEvent
 from gateway.neutral.types import Usage
 from gateway.proxy.exchange import Exchange
 from tests.conftest import one_route
-from tests.support import FakeUpstream, Recorded, json_reply, sse_reply
+from tests.support import FakeUpstream, Recorded, json_reply, sse_reply, start_workers
 
 FIX = Path(__file__).parent / "fixtures" / "openai"
 CHAT_RESPONSE = (FIX / "chat_response.json").read_bytes()  # usage 19 prompt + 10 completion
@@ -238,18 +237,8 @@ async def test_worker_processes_aggregate_their_metrics(tmp_path, unused_tcp_por
     )
     env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}
     port = unused_tcp_port
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1",
-        "--port", str(port), "--workers", "2",
-        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    assert proc.stderr is not None
+    proc, banner = await start_workers(config, port, env)
     try:
-        banner = b""
-        while b"listening on" not in banner:
-            line = await asyncio.wait_for(proc.stderr.readline(), 60)
-            assert line, f"gateway exited early: {banner.decode()}"
-            banner += line
         assert f"listening on http://127.0.0.1:{port} (2 workers".encode() in banner
         metrics_dir = re.search(rb"metrics in (\S+)\)", banner).group(1).decode()  # type: ignore[union-attr]
         n, streams = 24, 8

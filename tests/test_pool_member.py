@@ -12,7 +12,6 @@ pool's headers reach the backend; and how each kind of backend's own metrics pag
 import asyncio
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from gateway.proxy import poolmember
 from gateway.proxy.exchange import priority_of
 from gateway.proxy.plan import POOL_HEADERS
 from gateway.proxy.routing import build_backend
-from tests.support import FakeUpstream, Recorded, json_reply
+from tests.support import FakeUpstream, Recorded, json_reply, start_workers
 
 PAGES = Path(__file__).parent / "fixtures" / "poolmember"
 MODEL = "qwen2.5-7b"
@@ -414,20 +413,10 @@ async def test_worker_processes_sum_running_requests_and_each_reads_the_kv_figur
     )
     env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}
     port = unused_tcp_port
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1",
-        "--port", str(port), "--workers", "2",
-        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    assert proc.stderr is not None
+    proc, _ = await start_workers(config, port, env)
     base = f"http://127.0.0.1:{port}"
     n = 6
     try:
-        banner = b""
-        while b"listening on" not in banner:
-            line = await asyncio.wait_for(proc.stderr.readline(), 60)
-            assert line, f"gateway exited early: {banner.decode()}"
-            banner += line
         # A fresh connection per request, so the kernel spreads them over the workers.
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
 

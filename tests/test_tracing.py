@@ -26,7 +26,7 @@ from gateway import jsonutil
 from gateway.config import ConfigError, parse_config
 from gateway.proxy.exchange import SERVICES
 from tests.conftest import one_route
-from tests.support import FakeUpstream, Recorded, json_reply, sse_json, sse_reply
+from tests.support import FakeUpstream, Recorded, json_reply, sse_json, sse_reply, start_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 # Words that must never reach the collector: the prompt, and the backend's completion.
@@ -443,20 +443,9 @@ async def test_each_worker_process_exports_its_own_spans_and_flushes_them_on_sto
         f"tracing: {{otlp_endpoint: '{collector.url}', service_name: workers}}\n"
     )
     port = unused_tcp_port
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1",
-        "--port", str(port), "--workers", "2",
-        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-    )  # fmt: skip
-    assert proc.stderr is not None
+    proc, _ = await start_workers(config, port, {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")})
     n = 8
     try:
-        banner = b""
-        while b"listening on" not in banner:
-            line = await asyncio.wait_for(proc.stderr.readline(), 60)
-            assert line, f"gateway exited early: {banner.decode()}"
-            banner += line
         # A fresh connection per request, so the kernel spreads them over the workers.
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
             for i in range(n):
