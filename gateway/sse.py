@@ -42,6 +42,16 @@ class SSEDecoder:
         """Nothing of an unfinished event or line is held: the next byte starts an event."""
         return not self._buf and not self._has_data and not self._event and not self._pending_cr
 
+    def take_partial(self) -> bytes:
+        """The start of an unfinished line, given back when it is all the decoder holds (no
+        line of its event is complete yet), for a caller that cuts events itself: it puts
+        these bytes before its next read. Empty otherwise."""
+        if self._has_data or self._event or self._pending_cr or self._bom or not self._buf:
+            return b""
+        held = bytes(self._buf)
+        self._buf = bytearray()
+        return held
+
     def skipped(self) -> None:
         """The caller took whole events from between events itself (they began with a field
         name, so the stream has no BOM to strip)."""

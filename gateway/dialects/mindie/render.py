@@ -110,8 +110,12 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
         ms = round(ms, 2)
         return {"prefill_time": ms, "decode_time": None} if first else {"prefill_time": None, "decode_time": ms}
 
-    def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:
-        return self._timing(ms) | {"token": {"id": tgi.ids_value(d.token_ids, None), "text": d.text}}
+    def token_event(self, d: TextDelta, ms: float) -> bytes:
+        # _timing's fields, then the token.
+        first, self._first = self._first, False
+        timing = b'"prefill_time":%b,"decode_time":null' if first else b'"prefill_time":null,"decode_time":%b'
+        token = b',"token":{"id":%b,"text":%b}}' % (_dumps(tgi.ids_value(d.token_ids, None)), _dumps(d.text))
+        return b"{" + timing % _dumps(round(ms, 2)) + token
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None

@@ -4,6 +4,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
+from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.finish import openai_finish
@@ -225,7 +226,7 @@ def parse_body(req: Request, body: bytes) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename")
+    __slots__ = ("_chat", "_chunks", "_done", "_empty", "_finished", "_passthrough", "_rename")
 
     def __init__(self, chat: bool, passthrough: bool = False, rename: bytes | None = None) -> None:
         super().__init__()
@@ -235,8 +236,13 @@ class OpenAIStreamParser(EventParser):
         self._done = False
         self._finished = False
         self._empty = b'"content":""' if chat else b'"text":""'
+        # Translating, text chunks are read from the first one's template (a pass-through
+        # forwards them undecoded instead).
+        self._chunks = None if passthrough else TextChunks(b'"content":' if chat else b'"text":')
 
     def feed(self, data: bytes) -> list[Event]:
+        if self._chunks is not None:
+            return self._feed_texts(self._chunks, data)
         plain = self._passthrough and self._fault is None and self._decoder.between_events()
         end, events = plain_prefix(data) if plain else (0, 0)
         if not end:
@@ -258,11 +264,45 @@ class OpenAIStreamParser(EventParser):
                 self._fault = e  # raised at the next read, after what came before it went out
         return out
 
+    def _feed_texts(self, chunks: TextChunks, data: bytes) -> list[Event]:
+        """A translating read: runs of text chunks from the template, each other event (one
+        that may teach the template, a finish, usage) read on its own."""
+        if self._fault is not None or not chunks.active:
+            return super().feed(data)
+        # A read that ends inside an event leaves its start in the decoder: taken back, the
+        # next read starts between events again.
+        held = self._decoder.take_partial()
+        if held:
+            data = held + data
+        out: list[Event] = []
+        pos, size = 0, len(data)
+        try:
+            while pos < size and self._decoder.between_events() and chunks.active:
+                pos = chunks.run(data, pos, out)
+                if pos == size:
+                    break
+                # A lone LF blank line ends an event (a stream with CRs goes the general way).
+                blank = data.find(b"\n\n", pos)
+                if blank < 0:
+                    break
+                out += super().feed(data[pos : blank + 2])
+                pos = blank + 2
+            if pos < size:
+                out += super().feed(data[pos:] if pos else data)
+        except PARSE_ERRORS as e:
+            if not out:
+                raise
+            self._fault = e  # raised at the next read, after what came before it went out
+        return out
+
     def on_end(self, out: list[Event]) -> None:
         if not self._done and not self._finished:
             raise UpstreamError("backend stream ended before it was complete", upstream_class=UpstreamClass.MIDSTREAM)
 
     def on_event(self, data: bytes, out: list[Event]) -> None:
+        chunks = self._chunks
+        if chunks is not None and chunks.event(data, out):
+            return
         if data == DONE:
             self._done = True
             return
@@ -290,6 +330,8 @@ class OpenAIStreamParser(EventParser):
                 if plain:
                     if text:
                         out.append(TextDelta(text, c.get("index", 0)))
+                        if chunks is not None and chunks.learning and len(choices) == 1 and not obj.get("usage"):
+                            chunks.learn(data, text, c.get("index", 0))
                     continue
             i = c.get("index", 0)
             ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids

@@ -21,6 +21,9 @@ from gateway.neutral.types import Answer, EmbeddingResult, Finish, Request, Resu
 from gateway.sse import DONE_FRAME
 
 _dumps = jsonutil.dumps
+# A text that cannot be a model's, and so marks where a text goes in a rendered frame.
+_MARK = "\x00gateway-text\x00"
+_MARK_JSON = _dumps(_MARK)
 
 
 def usage_object(u: Usage | None) -> dict[str, Any] | None:
@@ -252,6 +255,9 @@ class ChunkStream:
         self._usage: Usage | None = None
         self._finishes: dict[int, Finish] = {}
         self._failed = False
+        # The usual event, the first choice's text and nothing else: its frame is the one the
+        # general rules below give, cut around the text's JSON string.
+        self._text_pre, self._text_post = self._frame(self._delta(TextDelta(_MARK)) or b"").split(_MARK_JSON)
 
     def _frame(self, choice: bytes, usage: bytes = b"") -> bytes:
         if self._fl.held_finish:
@@ -303,7 +309,11 @@ class ChunkStream:
 
     def render(self, events: list[Event]) -> bytes:
         parts = []
+        pre, post = self._text_pre, self._text_post
         for ev in events:
+            if type(ev) is TextDelta and not ev.index and ev.logprobs is None:
+                parts.append(pre + _dumps(ev.text) + post)
+                continue
             choice = self._delta(ev)
             if choice is not None:
                 parts.append(self._frame(choice))

@@ -170,12 +170,12 @@ class HoldBackRenderer(ABC):
                 self._n_ids += len(ev.token_ids or ())
                 if not self._in_band and self._pending is not None:
                     # The held token is not the last: a token followed it.
-                    out.append(self._prefix + _dumps(self.token_event(self._pending, self._pending_ms)) + b"\n\n")
+                    out.append(self._prefix + self.token_event(self._pending, self._pending_ms) + b"\n\n")
                     self._pending = None
                 if i == ride or not self._in_band:
                     self._pending, self._pending_ms = ev, ms
                 else:
-                    out.append(self._prefix + _dumps(self.token_event(ev, ms)) + b"\n\n")
+                    out.append(self._prefix + self.token_event(ev, ms) + b"\n\n")
             elif t is FinishEvent:
                 assert isinstance(ev, FinishEvent)
                 if ev.index == 0:
@@ -194,8 +194,9 @@ class HoldBackRenderer(ABC):
         return (now - base) * 1000
 
     @abstractmethod
-    def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:
-        """One token's event; `ms` is how long after the previous token (or the start) it came."""
+    def token_event(self, d: TextDelta, ms: float) -> bytes:
+        """One token's event, as JSON; `ms` is how long after the previous token (or the start)
+        it came. Written as one byte template: this runs once per streamed token."""
 
     @abstractmethod
     def final_event(
@@ -222,7 +223,7 @@ class HoldBackRenderer(ABC):
         out = b""
         if self._pending is not None:
             # The held-back token came from the backend before the fault: the client gets it first.
-            out = self._prefix + _dumps(self.token_event(self._pending, self._pending_ms)) + b"\n\n"
+            out = self._prefix + self.token_event(self._pending, self._pending_ms) + b"\n\n"
             self._pending = None
         return out + self._fl.error_frame(err)
 
@@ -264,15 +265,17 @@ class TGIStreamRenderer(HoldBackRenderer):
         out["token"] = self._token(d)
         return out
 
-    def token_event(self, d: TextDelta, ms: float) -> dict[str, Any]:
-        # One literal, not _event's merge: this runs once per streamed token.
+    def token_event(self, d: TextDelta, ms: float) -> bytes:
+        # The fields of _event's token and the final event's nulls, in their order.
         fl = self._fl
-        token = {"id": ids_value(d.token_ids, fl.unknown_id, fl.id_lists), "text": d.text, "logprob": None}
-        token["special"] = False
+        token = b'"token":{"id":%b,"text":%b,"logprob":null,"special":false},"generated_text":null,"details":null}' % (
+            _dumps(ids_value(d.token_ids, fl.unknown_id, fl.id_lists)),
+            _dumps(d.text),
+        )
         if fl.index:
             self._index += 1
-            return {"index": self._index, "token": token, "generated_text": None, "details": None}
-        return {"token": token, "generated_text": None, "details": None}
+            return b'{"index":%d,%b' % (self._index, token)
+        return b"{" + token
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None

@@ -1,0 +1,137 @@
+"""Text chunks read from a stream's template (gateway.codec.textchunks) mean exactly what the
+full reading of each chunk means: the same events, the same errors, however the reads are cut."""
+
+import json
+import random
+
+import pytest
+
+from gateway.codec.parsing import PARSE_ERRORS
+from gateway.dialects.openai.reading import OpenAIStreamParser
+from gateway.neutral.events import Event, TextDelta
+
+TEXTS = [" The", ' say "hi"', " back\\slash", " café", " 😀", " line\nbreak", " tab\t", "\u2028", " }]}", " x"]
+
+
+def chat_chunk(delta: dict[str, object], finish: str | None = None, **more: object) -> dict[str, object]:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **more}
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m", "choices": [choice]}
+
+
+def sse(payloads: list[object], dump=lambda o: json.dumps(o, separators=(",", ":"), ensure_ascii=False)) -> bytes:
+    return b"".join(b"data: " + (p if isinstance(p, bytes) else dump(p).encode()) + b"\n\n" for p in payloads)
+
+
+def vllm_chat(texts: list[str]) -> list[object]:
+    """vLLM's shape: a role chunk with empty content, content-only chunks, finish, usage, [DONE]."""
+    usage = {"prompt_tokens": 3, "completion_tokens": len(texts), "total_tokens": 3 + len(texts)}
+    return [
+        chat_chunk({"role": "assistant", "content": ""}),
+        *(chat_chunk({"content": t}) for t in texts),
+        chat_chunk({}, "stop"),
+        {**chat_chunk({}), "choices": [], "usage": usage},
+        b"[DONE]",
+    ]
+
+
+def mindie_chat(texts: list[str]) -> list[object]:
+    """MindIE's shape: the role in every delta, no logprobs field."""
+    out: list[object] = []
+    for t in texts:
+        c = chat_chunk({"role": "assistant", "content": t})
+        del c["choices"][0]["logprobs"]  # type: ignore[index]
+        out.append(c)
+    out += [chat_chunk({"role": "assistant", "content": ""}, "stop"), b"[DONE]"]
+    return out
+
+
+def completion(texts: list[str]) -> list[object]:
+    def chunk(t: str, finish: str | None = None) -> dict[str, object]:
+        choice = {"text": t, "index": 0, "logprobs": None, "finish_reason": finish}
+        return {"id": "cmpl-1", "object": "text_completion", "created": 7, "choices": [choice], "model": "m"}
+
+    return [*(chunk(t) for t in texts), chunk("", "length"), b"[DONE]"]
+
+
+def read_all(parser: OpenAIStreamParser, data: bytes, cuts: list[int]) -> tuple[list[Event], str | None]:
+    events: list[Event] = []
+    at = 0
+    try:
+        for cut in [*cuts, len(data)]:
+            events += parser.feed(data[at:cut])
+            at = cut
+        events += parser.close()
+    except PARSE_ERRORS as e:
+        return events, type(e).__name__
+    return events, None
+
+
+def whole_reading(chat: bool) -> OpenAIStreamParser:
+    parser = OpenAIStreamParser(chat=chat)
+    parser._chunks = None  # every chunk read whole: the reference
+    return parser
+
+
+def check(data: bytes, chat: bool, seed: int) -> None:
+    rng = random.Random(seed)
+    expected = read_all(whole_reading(chat), data, [])
+    for _ in range(25):
+        cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, min(6, len(data) - 1))))
+        assert read_all(OpenAIStreamParser(chat=chat), data, cuts) == expected, cuts
+        assert read_all(whole_reading(chat), data, cuts) == expected, cuts
+
+
+@pytest.mark.parametrize("shape", [vllm_chat, mindie_chat, completion])
+def test_template_reading_gives_what_whole_reading_gives(shape) -> None:  # type: ignore[no-untyped-def]
+    chat = shape is not completion
+    data = sse(shape(TEXTS * 3))
+    events, error = read_all(OpenAIStreamParser(chat=chat), data, [])
+    assert error is None
+    assert "".join(e.text for e in events if type(e) is TextDelta) == "".join(TEXTS * 3)
+    check(data, chat, seed=1)
+
+
+def test_a_whole_stream_in_one_read_is_read_from_the_template() -> None:
+    parser = OpenAIStreamParser(chat=True)
+    events = parser.feed(sse(vllm_chat(TEXTS)))
+    assert [e.text for e in events if type(e) is TextDelta] == TEXTS
+    assert parser._chunks is not None and parser._chunks.active
+
+
+def test_ascii_escaping_servers_and_crlf_streams_read_the_same() -> None:
+    ascii_dump = lambda o: json.dumps(o)  # noqa: E731 - Python's defaults: spaces, \\u escapes
+    check(sse(vllm_chat(TEXTS), ascii_dump), True, seed=2)
+    check(sse(vllm_chat(TEXTS)).replace(b"\n", b"\r\n"), True, seed=3)
+
+
+def test_chunks_that_only_look_like_the_template_are_read_whole() -> None:
+    head = json.dumps(chat_chunk({"content": "\x00"}), separators=(",", ":")).encode()
+    pre, post = head.split(b'"\\u0000"')
+    odd = [
+        pre + b'"a","content":"b"' + post,  # a second content key: the last one counts
+        pre + b"null" + post,  # no text at all
+        pre + b'"a"' + post.replace(b"null", b'"stop"', 1),  # finishes
+        json.dumps(chat_chunk({"content": "x"}, None, token_ids=[5])).encode(),
+        json.dumps(chat_chunk({"content": "y", "tool_calls": []})).encode(),
+    ]
+    stream = vllm_chat(["one", "two"])
+    for item in odd:
+        data = sse([*stream[:3], item, *stream[3:]])
+        check(data, True, seed=4)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"error": {"message": "boom"}}',
+        b"not json",
+        b'{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"x"',
+    ],
+)
+def test_a_fault_after_a_run_of_text_comes_after_that_text(bad: bytes) -> None:
+    stream = vllm_chat(["one", "two", "three"])
+    data = sse([*stream[:4], bad, *stream[4:]])
+    events, error = read_all(OpenAIStreamParser(chat=True), data, [])
+    assert [e.text for e in events if type(e) is TextDelta] == ["one", "two", "three"]
+    assert error is not None
+    check(data, True, seed=5)
