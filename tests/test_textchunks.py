@@ -23,11 +23,11 @@ def sse(payloads: list[object], dump=lambda o: json.dumps(o, separators=(",", ":
 
 
 def vllm_chat(texts: list[str]) -> list[object]:
-    """vLLM's shape: a role chunk with empty content, content-only chunks, finish, usage, [DONE]."""
+    """vLLM's shape: a role chunk with empty content, content chunks, finish, usage, [DONE]."""
     usage = {"prompt_tokens": 3, "completion_tokens": len(texts), "total_tokens": 3 + len(texts)}
     return [
         chat_chunk({"role": "assistant", "content": ""}),
-        *(chat_chunk({"content": t}) for t in texts),
+        *(chat_chunk({"content": t}, None, token_ids=None) for t in texts),  # vLLM 0.32 names token_ids
         chat_chunk({}, "stop"),
         {**chat_chunk({}), "choices": [], "usage": usage},
         b"[DONE]",
@@ -95,7 +95,7 @@ def test_a_whole_stream_in_one_read_is_read_from_the_template() -> None:
     parser = OpenAIStreamParser(chat=True)
     events = parser.feed(sse(vllm_chat(TEXTS)))
     assert [e.text for e in events if type(e) is TextDelta] == TEXTS
-    assert parser._chunks is not None and parser._chunks.active
+    assert parser._chunks is not None and parser._chunks._pre is not None
 
 
 def test_ascii_escaping_servers_and_crlf_streams_read_the_same() -> None:

@@ -317,7 +317,7 @@ class OpenAIStreamParser(EventParser):
             payload = data if self._rename is None else renamed(data, "model", self._rename)
             out.append(Frame(payload, bare, final, fingerprint if isinstance(fingerprint, str) else None))
         for c in choices:
-            if c.get("finish_reason") is None and c.get("logprobs") is None and "token_ids" not in c:
+            if c.get("finish_reason") is None and c.get("logprobs") is None and c.get("token_ids") is None:
                 # The usual chunk: a piece of text and nothing else, read without the general
                 # rules below (which give the same event).
                 if self._chat:

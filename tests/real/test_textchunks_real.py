@@ -1,0 +1,29 @@
+"""vLLM's own stream bytes read from the template (gateway.codec.textchunks) give what reading
+every chunk whole gives, and the template is learned from them: the fast path is the one real
+streams take, not only the benchmark's."""
+
+import httpx
+import pytest
+
+from gateway.dialects.openai.reading import OpenAIStreamParser
+from tests.real import servers
+from tests.test_textchunks import read_all, whole_reading
+
+TIMEOUT = 120
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_vllm_streams_read_from_the_template(vllm: servers.Server, chat: bool) -> None:
+    body: dict[str, object] = {"model": "tiny", "stream": True, "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+    if chat:
+        body["messages"] = [{"role": "user", "content": "Tell me about café culture 😀"}]
+    else:
+        body["prompt"] = "Once upon a time"
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    data = httpx.post(vllm.url + path, json=body, timeout=TIMEOUT).content
+    expected = read_all(whole_reading(chat), data, [])
+    assert expected[1] is None and len(expected[0]) > 10
+    for cuts in ([], list(range(97, len(data), 97)), list(range(1, len(data), 1001))):
+        parser = OpenAIStreamParser(chat=chat)
+        assert read_all(parser, data, cuts) == expected
+        assert parser._chunks is not None and parser._chunks._pre is not None  # learned from vLLM's bytes
