@@ -72,37 +72,34 @@ class TextChunks:
         pre = self._pre
         if pre is None or not payload.startswith(pre) or not payload.endswith(self._suf):
             return False
+        # Between them one JSON string, or the chunk is something else (a second line, another
+        # field, two strings): then it is read the full way.
         text = _string(payload[len(pre) : len(payload) - len(self._suf)])
         if text is None:
             return False
         if text:
-            out.append(TextDelta(text, self._index))
+            # The tuple made directly: a named tuple's own constructor costs as much again.
+            out.append(_new(TextDelta, (text, self._index, None, None)))
         return True
 
     def run(self, data: bytes, start: int, out: list[Event]) -> int:
         """Where the text chunks of the template that `data` holds from `start` (where an event
         begins) end, each a whole event in the usual framing (`data: `, the payload, a blank
-        line); their texts are appended to `out`. `start` when there are none."""
+        line); their texts are appended to `out`. `start` when there are none. (`event`'s test
+        with the framing in front, written out: this runs once per streamed token.)"""
         lead, suf = self._lead, self._suf
         if self._pre is None or not data.startswith(lead, start):
-            return start
-        begin, after = len(lead), len(suf)
-        index = self._index
+            return start  # not even the first: no need to cut the read
+        begin, index = len(lead), self._index
         used = start
         # The last piece is what follows the last blank line: part of an event, or nothing.
         for event in data[start:].split(b"\n\n")[:-1]:
             if not event.startswith(lead) or not event.endswith(suf):
                 break
-            # Between them one JSON string, or the event is something else (a second line,
-            # another field, two strings): then it is read the full way.
-            try:
-                text = jsonutil.loads(event[begin : len(event) - after])
-            except jsonutil.JSONDecodeError:
-                break
-            if type(text) is not str:
+            text = _string(event[begin : len(event) - len(suf)])
+            if text is None:
                 break
             if text:
-                # The tuple made directly: a named tuple's own constructor costs as much again.
                 out.append(_new(TextDelta, (text, index, None, None)))
             used += len(event) + 2
         return used

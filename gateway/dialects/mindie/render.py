@@ -105,23 +105,29 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
         super().__init__(NATIVE, req, ctx)
         self._first = True
 
-    def _timing(self, ms: float) -> dict[str, Any]:
+    def _times(self, ms: float) -> tuple[float | None, float | None]:
+        """prefill_time and decode_time of the next event: the first token's wait is prefill,
+        every later one's decode."""
         first, self._first = self._first, False
         ms = round(ms, 2)
-        return {"prefill_time": ms, "decode_time": None} if first else {"prefill_time": None, "decode_time": ms}
+        return (ms, None) if first else (None, ms)
 
     def token_event(self, d: TextDelta, ms: float) -> bytes:
-        # _timing's fields, then the token.
-        first, self._first = self._first, False
-        timing = b'"prefill_time":%b,"decode_time":null' if first else b'"prefill_time":null,"decode_time":%b'
-        token = b',"token":{"id":%b,"text":%b}}' % (_dumps(tgi.ids_value(d.token_ids, None)), _dumps(d.text))
-        return b"{" + timing % _dumps(round(ms, 2)) + token
+        prefill, decode = self._times(ms)
+        return b'{"prefill_time":%b,"decode_time":%b,"token":{"id":%b,"text":%b}}' % (
+            _dumps(prefill),
+            _dumps(decode),
+            _dumps(tgi.ids_value(d.token_ids, None)),
+            _dumps(d.text),
+        )
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
     ) -> dict[str, Any]:
-        timing = self._timing(ms) if last is not None else {"prefill_time": None, "decode_time": None}
-        return timing | {
+        prefill, decode = self._times(ms) if last is not None else (None, None)
+        return {
+            "prefill_time": prefill,
+            "decode_time": decode,
             "generated_text": text,
             "details": details,
             "token": {"id": tgi.ids_value(last.token_ids if last else None, None), "text": None},
