@@ -8,7 +8,8 @@ import pytest
 
 from gateway.codec.parsing import PARSE_ERRORS
 from gateway.dialects.openai.reading import OpenAIStreamParser
-from gateway.neutral.events import Event, TextDelta
+from gateway.dialects.triton.reading import CallState, TritonStreamParser
+from gateway.neutral.events import Event, TextDelta, UsageEvent
 
 TEXTS = [" The", ' say "hi"', " back\\slash", " café", " 😀", " line\nbreak", " tab\t", "\u2028", " }]}", " x"]
 
@@ -135,3 +136,96 @@ def test_a_fault_after_a_run_of_text_comes_after_that_text(bad: bytes) -> None:
     assert [e.text for e in events if type(e) is TextDelta] == ["one", "two", "three"]
     assert error is not None
     check(data, True, seed=5)
+
+
+# ---- TRT-LLM through Triton: text events whose log probabilities change from one to the next ----
+
+
+def trtllm(texts: list[str], lps: object = "varying", **more: object) -> list[object]:
+    """A TRT-LLM ensemble's events as Triton writes them: ids and flags, log probabilities (a
+    list per event, or a scalar: Triton unwraps one-element tensors), the text last."""
+    out: list[object] = []
+    for n, t in enumerate(texts):
+        lp: object = [-0.5 - n / 7, -1.25e-3] if lps == "varying" else (-0.1 - n / 3 if lps == "scalar" else lps)
+        out.append(
+            {
+                "model_name": "ensemble",
+                "model_version": "1",
+                "sequence_end": False,
+                "sequence_id": 0,
+                "sequence_start": False,
+                "cum_log_probs": -0.25 * n,
+                "output_log_probs": lp,
+                "context_logits": 0.0,
+                **more,
+                "text_output": t,
+            }
+        )
+    return out
+
+
+def triton_parser(template: bool = True) -> TritonStreamParser:
+    parser = TritonStreamParser(CallState("trtllm", "prompt", 100))
+    if not template:
+        parser._chunks = None  # every event read whole: the reference
+    return parser
+
+
+def check_triton(data: bytes, seed: int) -> None:
+    rng = random.Random(seed)
+    expected = read_all(triton_parser(False), data, [])  # type: ignore[arg-type]
+    assert expected[1] is not None or any(type(e) is UsageEvent for e in expected[0])
+    for _ in range(25):
+        cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, min(6, len(data) - 1))))
+        assert read_all(triton_parser(), data, cuts) == expected, cuts  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("lps", ["varying", "scalar", [0.0], [0.0, 0.0, 0.0]])
+def test_trtllm_events_read_from_the_template_count_their_tokens(lps: object) -> None:
+    data = sse(trtllm(TEXTS * 3, lps))
+    parser = triton_parser()
+    events, error = read_all(parser, data, [])  # type: ignore[arg-type]
+    assert error is None
+    assert "".join(e.text for e in events if type(e) is TextDelta) == "".join(TEXTS * 3)
+    assert parser._chunks is not None and parser._chunks.tokens > 0  # the template was used
+    per = 2 if lps == "varying" else 1 if lps == "scalar" else len(lps)  # type: ignore[arg-type]
+    usage = [e.usage for e in events if type(e) is UsageEvent]
+    assert usage and usage[0].completion_tokens == per * len(TEXTS) * 3
+    check_triton(data, seed=6)
+
+
+def test_trtllm_events_that_only_look_like_the_template_are_read_whole() -> None:
+    stream = trtllm(["one", "two", "three"])
+    odd = [
+        {**stream[0], "output_log_probs": [[-0.5], [-0.25]]},  # beams: nested lists
+        {**stream[0], "output_log_probs": None},
+        {**stream[0], "cum_log_probs": "-1.5"},  # a hole holding a string
+        {**stream[0], "context_logits": [1.5, 2.5]},  # a list where a number was
+        {**stream[0], "text_output": ["a", "b"]},
+        {**stream[0], "sequence_end": True},
+        {**stream[0], "text_output": 'say "hi"\n'},
+    ]
+    for n, item in enumerate(odd):
+        check_triton(sse([*stream[:2], item, *stream[2:]]), seed=10 + n)
+    # Bytes that line up with the template's but hold two values in one hole, or break off.
+    head = sse(stream[:2])
+    raw = sse([stream[2]]).replace(b'"cum_log_probs":-0.5', b'"cum_log_probs":-0.5,"x":1')
+    check_triton(head + raw + sse(stream[:1]), seed=20)
+    check_triton(head + sse([stream[2]]).replace(b"[-0.7", b"[-0.7,,"), seed=21)
+
+
+def test_an_error_event_after_a_run_of_trtllm_text_comes_after_that_text() -> None:
+    stream = trtllm(["one", "two", "three"])
+    data = sse([*stream, {"error": "boom"}])
+    events, error = read_all(triton_parser(), data, [])  # type: ignore[arg-type]
+    assert [e.text for e in events if type(e) is TextDelta] == ["one", "two", "three"]
+    assert error is not None
+    check_triton(data, seed=22)
+
+
+def test_a_trtllm_event_whose_bytes_part_from_the_template_midway_counts_nothing_twice() -> None:
+    # Its holes are there, counted one too, but the bytes after them are not the template's
+    # (no text_output): it is read whole, and what the template saw of it is not counted.
+    stream = trtllm(["one", "two", "three"])
+    odd = sse([stream[2]]).replace(b',"text_output"', b',"text"')
+    check_triton(sse(stream[:2]) + odd + sse(stream[:2]), seed=23)

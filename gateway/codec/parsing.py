@@ -11,6 +11,7 @@ import re
 from abc import ABC, abstractmethod
 from functools import lru_cache
 
+from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event
 from gateway.sse import SSEDecoder
@@ -63,6 +64,38 @@ class EventParser(ABC):
             if not out:
                 raise
             self._fault = e
+        return out
+
+    def feed_texts(self, chunks: TextChunks, data: bytes) -> list[Event]:
+        """A translating read: runs of text chunks from the template, each other event (one
+        that may teach the template, a finish, usage) read on its own by `on_event` (which
+        learns the template, and reads a lone chunk of it)."""
+        if self._fault is not None or not chunks.active:
+            return EventParser.feed(self, data)
+        # A read that ends inside an event leaves its start in the decoder: taken back, the
+        # next read starts between events again.
+        held = self._decoder.take_partial()
+        if held:
+            data = held + data
+        out: list[Event] = []
+        pos, size = 0, len(data)
+        try:
+            while pos < size and self._decoder.between_events() and chunks.active:
+                pos = chunks.run(data, pos, out)
+                if pos == size:
+                    break
+                # A lone LF blank line ends an event (a stream with CRs goes the general way).
+                blank = data.find(b"\n\n", pos)
+                if blank < 0:
+                    break
+                out += EventParser.feed(self, data[pos : blank + 2])
+                pos = blank + 2
+            if pos < size:
+                out += EventParser.feed(self, data[pos:] if pos else data)
+        except PARSE_ERRORS as e:
+            if not out:
+                raise
+            self._fault = e  # raised at the next read, after what came before it went out
         return out
 
     def close(self) -> list[Event]:

@@ -4,11 +4,22 @@ An upstream stream's text chunks differ only in their text: id, created, model, 
 null fields are the stream's own. Once a parser has read one such chunk whole, `TextChunks`
 keeps the bytes before and after its text string. A later event whose payload has exactly those
 bytes around one JSON string is that text and nothing else, so it is read by decoding the string
-alone, and a read made of such events (the usual read of a fast stream) is cut into its strings
-with one split. Anything else (another field set, a finish, usage, other SSE framing) falls back
-to the parser's full reading, which is the authority: the template only ever repeats what it said
-of the chunk it was learned from.
+alone, and a read made of such events (the usual read of a fast stream) is cut at its blank
+lines and its strings decoded together, as one JSON array. Anything else (another field set, a
+finish, usage, other SSE framing) falls back to the parser's full reading, which is the
+authority: the template only ever repeats what it said of the chunk it was learned from.
+
+Some servers' text chunks also carry numbers that change from one chunk to the next (TRT-LLM's
+log probabilities, which count its tokens). A template made with `counted` keeps those before
+the text as holes: the field under `counted`, and every value with a fraction, an exponent or
+brackets (a log probability or a list of them; whole numbers such as ids are the stream's own
+and stay in the template). The bytes between the holes must be the learned ones and each hole
+one JSON value; `count` of the counted value, per chunk, adds up in `tokens`.
 """
+
+import re
+from collections.abc import Callable
+from typing import Any
 
 from gateway import jsonutil
 from gateway.neutral.events import Event, TextDelta
@@ -18,30 +29,45 @@ _new = tuple.__new__
 # How often a stream's chunks may fail to show where their text sits before no more is tried (a
 # server that escapes text otherwise than orjson: its chunks are read whole, as before).
 _TRIES = 8
-
-
-def _string(literal: bytes) -> str | None:
-    """The text of `literal` when it is one JSON string, else None."""
-    try:
-        value = jsonutil.loads(literal)
-    except jsonutil.JSONDecodeError:
-        return None
-    return value if type(value) is str else None
+# A field's value that is a number or a flat list of numbers.
+_NUMBER = re.compile(rb'":\s*(-?[0-9][0-9.eE+-]*|\[[0-9.eE+\-,\s]*\])(?=\s*[,}])')
 
 
 class TextChunks:
     """The template of one stream's text chunks: `key` is the text's field as it appears in the
-    payload (`"content":`), whose string value is the text."""
+    payload (`"content":`), whose string value is the text; `counted` (`"output_log_probs":`)
+    a field that counts each chunk's tokens, and `count` how."""
 
-    __slots__ = ("_index", "_key", "_lead", "_pre", "_suf", "_tries")
+    __slots__ = (
+        "_at",
+        "_count",
+        "_counted",
+        "_index",
+        "_key",
+        "_lead",
+        "_per",
+        "_pre",
+        "_segs",
+        "_suf",
+        "_tries",
+        "tokens",
+    )
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, counted: bytes | None = None, count: Callable[[Any], int] = len) -> None:
         self._key = key
+        self._counted = counted
+        self._count = count
         self._pre: bytes | None = None
         self._suf = b""
         self._lead = b""  # an event's first bytes: the framing and the payload's up to the text
+        # With holes: the bytes after each hole, up to the next or the text (the last ends with
+        # the key); and how many values a chunk decodes to (its holes and its text).
+        self._segs: tuple[bytes, ...] = ()
+        self._per = 1
+        self._at = 0  # which hole is the counted value
         self._index = 0
         self._tries = _TRIES
+        self.tokens = 0  # counted by the chunks read from the template
 
     @property
     def learning(self) -> bool:
@@ -54,17 +80,68 @@ class TextChunks:
 
     def learn(self, payload: bytes, text: str, index: int) -> None:
         """`payload` was read whole and is one choice's non-empty text and nothing else that
-        varies: keep what surrounds its text, when the key and the text as orjson writes them
-        are found in it exactly once (a key inside a string value has its quotes escaped, so
-        it cannot be found there)."""
+        varies (but the numbers a `counted` template takes as holes): keep what surrounds its
+        text, when the key and the text as orjson writes them are found in it exactly once (a
+        key inside a string value has its quotes escaped, so it cannot be found there)."""
         found = self._key + jsonutil.dumps(text)
         at = payload.find(found)
         if at < 0 or payload.find(found, at + 1) >= 0:
             self._tries -= 1
             return
-        cut = at + len(self._key)
-        self._pre, self._suf, self._index = payload[:cut], payload[at + len(found) :], index
-        self._lead = _FRAMING + self._pre
+        pre, segs = payload[: at + len(self._key)], tuple[bytes, ...]()
+        if self._counted is not None:
+            numbers = list(_NUMBER.finditer(pre))
+            counted = [m for m in numbers if pre[: m.start(1)].rstrip().endswith(self._counted)]
+            if not counted:  # the template is only of chunks that count their tokens
+                self._tries -= 1
+                return
+            # Holes: the counted value, and the numbers with a fraction or exponent, or lists.
+            holes = [m for m in numbers if m is counted[0] or m[1].strip(b"-0123456789")]
+            self._at = holes.index(counted[0])
+            ends = [m.start(1) for m in holes[1:]] + [len(pre)]
+            segs = tuple(pre[m.end(1) : end] for m, end in zip(holes, ends, strict=True))
+            pre = pre[: holes[0].start(1)]
+        self._pre, self._segs, self._per = pre, segs, len(segs) + 1
+        self._suf, self._index = payload[at + len(found) :], index
+        self._lead = _FRAMING + pre
+
+    def _parts(self, payload: bytes, at: int, parts: list[bytes]) -> bool:
+        """Put the holes and the text literal of `payload` (which starts as the template does,
+        its first hole at `at`, and ends as it does) in `parts`; False when the bytes between
+        the holes are not the template's."""
+        before = len(parts)
+        for seg in self._segs:
+            end = payload.find(seg, at)
+            if end < 0:
+                del parts[before:]
+                return False
+            parts.append(payload[at:end])
+            at = end + len(seg)
+        parts.append(payload[at : len(payload) - len(self._suf)])
+        return True
+
+    def _decode(self, parts: list[bytes], out: list[Event]) -> bool:
+        """The chunks whose holes and literals `parts` holds, in order, into `out`: True, or
+        False (with nothing added) unless every hole decodes as one JSON value and every
+        literal as one string (one part that holds two values, or a literal that is not one
+        string, and the chunk is something else, read the full way)."""
+        try:
+            values = jsonutil.loads(b"[" + b",".join(parts) + b"]")
+        except jsonutil.JSONDecodeError:
+            return False
+        if len(values) != len(parts):
+            return False
+        per, index, before = self._per, self._index, len(out)
+        for text in values[per - 1 :: per] if per > 1 else values:
+            if type(text) is not str:
+                del out[before:]
+                return False
+            if text:
+                # The tuple made directly: a named tuple's own constructor costs as much again.
+                out.append(_new(TextDelta, (text, index, None, None)))
+        if per > 1:
+            self.tokens += sum(map(self._count, values[self._at :: per]))
+        return True
 
     def event(self, payload: bytes, out: list[Event]) -> bool:
         """Whether `payload` is a text chunk of the template; its text (when not empty) is
@@ -72,15 +149,8 @@ class TextChunks:
         pre = self._pre
         if pre is None or not payload.startswith(pre) or not payload.endswith(self._suf):
             return False
-        # Between them one JSON string, or the chunk is something else (a second line, another
-        # field, two strings): then it is read the full way.
-        text = _string(payload[len(pre) : len(payload) - len(self._suf)])
-        if text is None:
-            return False
-        if text:
-            # The tuple made directly: a named tuple's own constructor costs as much again.
-            out.append(_new(TextDelta, (text, self._index, None, None)))
-        return True
+        parts: list[bytes] = []
+        return self._parts(payload, len(pre), parts) and self._decode(parts, out)
 
     def run(self, data: bytes, start: int, out: list[Event]) -> int:
         """Where the text chunks of the template that `data` holds from `start` (where an event
@@ -90,16 +160,25 @@ class TextChunks:
         lead, suf = self._lead, self._suf
         if self._pre is None or not data.startswith(lead, start):
             return start  # not even the first: no need to cut the read
-        begin, index = len(lead), self._index
+        begin, tail, holes = len(lead), len(suf), bool(self._segs)
+        parts: list[bytes] = []
         used = start
         # The last piece is what follows the last blank line: part of an event, or nothing.
         for event in data[start:].split(b"\n\n")[:-1]:
             if not event.startswith(lead) or not event.endswith(suf):
                 break
-            text = _string(event[begin : len(event) - len(suf)])
-            if text is None:
+            if holes:
+                if not self._parts(event, begin, parts):
+                    break
+            else:
+                parts.append(event[begin : len(event) - tail])
+            used += len(event) + 2
+        if not parts or self._decode(parts, out):
+            return used
+        # A chunk only looked like the template: the ones before it, each on its own.
+        used, per = start, self._per
+        for n, event in enumerate(data[start:].split(b"\n\n")[: len(parts) // per]):
+            if not self._decode(parts[n * per : (n + 1) * per], out):
                 break
-            if text:
-                out.append(_new(TextDelta, (text, index, None, None)))
             used += len(event) + 2
         return used

@@ -1,13 +1,13 @@
-"""vLLM's own stream bytes read from the template (gateway.codec.textchunks) give what reading
-every chunk whole gives, and the template is learned from them: the fast path is the one real
-streams take, not only the benchmark's."""
+"""vLLM's and Triton's own stream bytes read from the template (gateway.codec.textchunks) give
+what reading every chunk whole gives, and the template is learned from them: the fast path is
+the one real streams take, not only the benchmark's."""
 
 import httpx
 import pytest
 
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from tests.real import servers
-from tests.test_textchunks import read_all, whole_reading
+from tests.test_textchunks import read_all, triton_parser, whole_reading
 
 TIMEOUT = 120
 
@@ -27,3 +27,17 @@ def test_vllm_streams_read_from_the_template(vllm: servers.Server, chat: bool) -
         parser = OpenAIStreamParser(chat=chat)
         assert read_all(parser, data, cuts) == expected
         assert parser._chunks is not None and parser._chunks._pre is not None  # learned from vLLM's bytes
+
+
+@pytest.mark.parametrize("log_probs", [True, False])
+def test_triton_trtllm_streams_read_from_the_template(triton: servers.Server, log_probs: bool) -> None:
+    """Triton's own bytes for the TensorRT-LLM ensemble's stream: log probabilities that change
+    from event to event (asked for, as the gateway asks by default) or zeros."""
+    body = {"text_input": "Tell me about café culture", "max_tokens": 16, "stream": True, "return_log_probs": log_probs}
+    data = httpx.post(triton.url + "/v2/models/ensemble/generate_stream", json=body, timeout=TIMEOUT).content
+    expected = read_all(triton_parser(False), data, [])  # type: ignore[arg-type]
+    assert expected[1] is None and len(expected[0]) > 10
+    for cuts in ([], list(range(97, len(data), 97)), list(range(1, len(data), 1001))):
+        parser = triton_parser()
+        assert read_all(parser, data, cuts) == expected  # type: ignore[arg-type]
+        assert parser._chunks is not None and parser._chunks.tokens > 0  # read from Triton's bytes

@@ -242,7 +242,7 @@ class OpenAIStreamParser(EventParser):
 
     def feed(self, data: bytes) -> list[Event]:
         if self._chunks is not None:
-            return self._feed_texts(self._chunks, data)
+            return self.feed_texts(self._chunks, data)
         plain = self._passthrough and self._fault is None and self._decoder.between_events()
         end, events = plain_prefix(data) if plain else (0, 0)
         if not end:
@@ -262,37 +262,6 @@ class OpenAIStreamParser(EventParser):
                 out += super().feed(data[end:])
             except PARSE_ERRORS as e:
                 self._fault = e  # raised at the next read, after what came before it went out
-        return out
-
-    def _feed_texts(self, chunks: TextChunks, data: bytes) -> list[Event]:
-        """A translating read: runs of text chunks from the template, each other event (one
-        that may teach the template, a finish, usage) read on its own."""
-        if self._fault is not None or not chunks.active:
-            return super().feed(data)
-        # A read that ends inside an event leaves its start in the decoder: taken back, the
-        # next read starts between events again.
-        held = self._decoder.take_partial()
-        if held:
-            data = held + data
-        out: list[Event] = []
-        pos, size = 0, len(data)
-        try:
-            while pos < size and self._decoder.between_events() and chunks.active:
-                pos = chunks.run(data, pos, out)
-                if pos == size:
-                    break
-                # A lone LF blank line ends an event (a stream with CRs goes the general way).
-                blank = data.find(b"\n\n", pos)
-                if blank < 0:
-                    break
-                out += super().feed(data[pos : blank + 2])
-                pos = blank + 2
-            if pos < size:
-                out += super().feed(data[pos:] if pos else data)
-        except PARSE_ERRORS as e:
-            if not out:
-                raise
-            self._fault = e  # raised at the next read, after what came before it went out
         return out
 
     def on_end(self, out: list[Event]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
 from gateway.codec.parsing import EventParser, renamed
+from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent
 from gateway.neutral.finish import parse_finish
@@ -64,6 +65,9 @@ def error_text(obj: Any) -> str:
     return jsonutil.dumps_str(obj)[:500]
 
 
+_new = tuple.__new__
+
+
 def _first(value: Any) -> Any:
     """A one-sequence output: Triton unwraps single-element tensors, but not always."""
     if isinstance(value, list):
@@ -72,9 +76,14 @@ def _first(value: Any) -> Any:
 
 
 def _count(value: Any) -> int:
-    if isinstance(value, list):
-        return sum(_count(v) for v in value)
-    return 0 if value is None else 1
+    """How many values a tensor holds (TRT-LLM's output_log_probs: one per generated token)."""
+    if type(value) is not list:
+        return 0 if value is None else 1
+    n = 0
+    for v in value:
+        # A stream event holds a token or a few: a flat list, counted without a call per value.
+        n += (0 if v is None else 1) if type(v) is not list else _count(v)
+    return n
 
 
 @dataclass(slots=True)
@@ -91,7 +100,9 @@ class Reader:
     fresh_finish: bool = False
 
     def take(self, obj: Any, midstream: bool) -> str:
-        if not isinstance(obj, dict):
+        """The text of one answer or stream event; what else it says is kept. (Once per streamed
+        token: the usual case, a string text, is read without the general rules.)"""
+        if type(obj) is not dict:
             raise ValueError("not an object")
         if "error" in obj:
             if midstream:
@@ -109,10 +120,15 @@ class Reader:
                     kind=Kind.VALIDATION,
                 )
             raise UpstreamError(f"backend error in a 200 answer: {error_text(obj)}")
-        text = _first(obj.get("text_output"))
-        text = text if isinstance(text, str) else ""
+        text = obj.get("text_output")
+        if type(text) is not str:
+            text = _first(text)
+            text = text if isinstance(text, str) else ""
         flavor = self.st.flavor
-        if flavor == "vllm":
+        if flavor == "trtllm":
+            if "output_log_probs" in obj:
+                self.completion_tokens = (self.completion_tokens or 0) + _count(obj["output_log_probs"])
+        elif flavor == "vllm":
             if "finish_reason" in obj:
                 self.saw_finish_field = True
                 reason = parse_finish(_first(obj["finish_reason"]))
@@ -138,8 +154,6 @@ class Reader:
                 n_in = details.get("prompt_tokens")
                 if isinstance(n_in, int):
                     self.prompt_tokens = n_in
-        elif "output_log_probs" in obj:
-            self.completion_tokens = (self.completion_tokens or 0) + _count(obj["output_log_probs"])
         if text:
             self.text.append(text)
         return text
@@ -196,7 +210,7 @@ class TritonStreamParser(EventParser):
     """`data:` events (with or without the space) to neutral events. A finish the backend sends
     with the last text goes out with it; otherwise the finish, and usage always, at the end."""
 
-    __slots__ = ("_finished", "_matcher", "_reader", "_st", "_stopped")
+    __slots__ = ("_chunks", "_finished", "_matcher", "_reader", "_st", "_stopped")
 
     def __init__(self, st: CallState) -> None:
         super().__init__()
@@ -205,10 +219,28 @@ class TritonStreamParser(EventParser):
         self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
         self._stopped = False
         self._finished = False
+        # Translated, TRT-LLM's text events are read from the stream's template: they differ in
+        # their text and their log probabilities, whose number counts the tokens. The template
+        # is only learned from an event that has them, so the reader has the server's count and
+        # never needs the whole text to count it (the template's texts are not kept).
+        self._chunks = (
+            TextChunks(b'"text_output":', b'"output_log_probs":', _count)
+            if st.flavor == "trtllm" and not st.passthrough and self._matcher is None
+            else None
+        )
+
+    def feed(self, data: bytes) -> list[Event]:
+        return super().feed(data) if self._chunks is None else self.feed_texts(self._chunks, data)
 
     def on_event(self, data: bytes, out: list[Event]) -> None:
+        chunks = self._chunks
+        if chunks is not None and chunks.event(data, out):
+            return
         reader = self._reader
-        text = reader.take(jsonutil.loads(data), midstream=True)
+        obj = jsonutil.loads(data)
+        text = reader.take(obj, midstream=True)
+        if chunks is not None and text and chunks.learning and type(obj.get("text_output")) is str:
+            chunks.learn(data, text, 0)
         if self._st.passthrough:
             out.append(Frame(self._st.relay(data)))
         if self._matcher is not None:
@@ -216,13 +248,17 @@ class TritonStreamParser(EventParser):
                 return
             text, self._stopped = self._matcher.feed(text)
         if text:
-            out.append(TextDelta(text))
+            # The tuple made directly: a named tuple's own constructor costs as much again.
+            out.append(_new(TextDelta, (text, 0, None, None)))
         if reader.fresh_finish and reader.finish is not None and not self._finished and not self._stopped:
             reader.fresh_finish = False
             self._finished = True
             out.append(FinishEvent(reader.finish))
 
     def on_end(self, out: list[Event]) -> None:
+        if self._chunks is not None and self._chunks.tokens:
+            reader = self._reader
+            reader.completion_tokens = (reader.completion_tokens or 0) + self._chunks.tokens
         if self._matcher is not None and not self._stopped:
             rest = self._matcher.flush()
             if rest:
