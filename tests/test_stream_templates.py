@@ -33,7 +33,8 @@ def test_tgi_token_events(flavour: tgi.Flavour) -> None:
             if flavour.index:
                 n += 1
                 event = {"index": n} | event
-            assert renderer.token_event(TextDelta(text, 0, None, ids), 1.5) == compact(event)
+            framing = b"data: " if flavour.space else b"data:"
+            assert renderer.token_frame(TextDelta(text, 0, None, ids), 1.5) == framing + compact(event) + b"\n\n"
 
 
 def test_mindie_native_token_events() -> None:
@@ -42,13 +43,13 @@ def test_mindie_native_token_events() -> None:
     first = True
     for text in TEXTS:
         for ids in IDS:
-            for ms in (0.004, 12.3456, 1234567.891):
+            for ms in (0.0, 0.004, 12.3456, 1234567.891):
                 timing = {"prefill_time": round(ms, 2), "decode_time": None}
                 if not first:
                     timing = {"prefill_time": None, "decode_time": round(ms, 2)}
                 first = False
                 event = timing | {"token": {"id": tgi.ids_value(ids, None), "text": text}}
-                assert renderer.token_event(TextDelta(text, 0, None, ids), ms) == compact(event)
+                assert renderer.token_frame(TextDelta(text, 0, None, ids), ms) == b"data: " + compact(event) + b"\n\n"
 
 
 @pytest.mark.parametrize("flavour", [openai.OPENAI, mindie.OPENAI_ROUTES])

@@ -100,31 +100,40 @@ def render_infer(result: Answer, req: Request, ctx: RenderContext) -> bytes:
     return _dumps(out)
 
 
+# MindIE's framing has the space.
+_PREFILL_TOKEN = b'data: {"prefill_time":%b,"decode_time":null,"token":{"id":%b,"text":%b}}\n\n'
+_DECODE_TOKEN = b'data: {"prefill_time":null,"decode_time":%b,"token":{"id":%b,"text":%b}}\n\n'
+
+
 class NativeStreamRenderer(tgi.HoldBackRenderer):
+    timed = True
+
     def __init__(self, req: Request, ctx: RenderContext) -> None:
         super().__init__(NATIVE, req, ctx)
         self._first = True
 
-    def _times(self, ms: float) -> tuple[float | None, float | None]:
-        """prefill_time and decode_time of the next event: the first token's wait is prefill,
-        every later one's decode."""
+    def _prefill(self) -> bool:
+        """Whether the next event's wait is its prefill_time (the first token's), else its
+        decode_time (every later one's)."""
         first, self._first = self._first, False
-        ms = round(ms, 2)
-        return (ms, None) if first else (None, ms)
+        return first
 
-    def token_event(self, d: TextDelta, ms: float) -> bytes:
-        prefill, decode = self._times(ms)
-        return b'{"prefill_time":%b,"decode_time":%b,"token":{"id":%b,"text":%b}}' % (
-            _dumps(prefill),
-            _dumps(decode),
-            _dumps(tgi.ids_value(d.token_ids, None)),
-            _dumps(d.text),
-        )
+    def token_frame(self, d: TextDelta, ms: float) -> bytes:
+        template = _PREFILL_TOKEN if self._prefill() else _DECODE_TOKEN
+        ids = d.token_ids
+        # Tokens read together after the first came 0 ms after it (and round is slow).
+        time = _dumps(round(ms, 2)) if ms else b"0.0"
+        return template % (time, _dumps(tgi.ids_value(ids, None)) if ids else b"null", _dumps(d.text))
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
     ) -> dict[str, Any]:
-        prefill, decode = self._times(ms) if last is not None else (None, None)
+        prefill = decode = None
+        if last is not None:
+            if self._prefill():
+                prefill = round(ms, 2)
+            else:
+                decode = round(ms, 2)
         return {
             "prefill_time": prefill,
             "decode_time": decode,

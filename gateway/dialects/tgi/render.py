@@ -123,15 +123,17 @@ class HoldBackRenderer(ABC):
     Subclasses shape the events."""
 
     content_type = "text/event-stream"
+    # Whether token events say when their token came (MindIE's timings): the clock is read per
+    # token only for those.
+    timed = False
 
     def __init__(self, fl: Flavour, req: Request, ctx: RenderContext) -> None:
         self._fl = fl
         self._prefix = b"data: " if fl.space else b"data:"
         self._req = req
         self._pending: TextDelta | None = None
-        self._texts: list[str] = []
+        self._texts: list[str] = []  # every token's text, for the final event (and the count)
         self._n_ids = 0
-        self._n_deltas = 0
         self._finish: Finish | None = None
         self._usage: Usage | None = None
         self._failed = False
@@ -157,25 +159,33 @@ class HoldBackRenderer(ABC):
                         last_text = i
                 elif isinstance(ev, FinishEvent) and ev.index == 0:
                     ride = last_text
-        out = []
+        out: list[bytes] = []
+        in_band, texts, frame = self._in_band, self._texts, self.token_frame
+        pending, pending_ms = self._pending, self._pending_ms
+        # Tokens that come in one read came at once: the first waited since the one before,
+        # the others not at all.
+        now = time.perf_counter() if self.timed else 0.0
         for i, ev in enumerate(events):
             t = type(ev)
             if t is TextDelta:
                 assert isinstance(ev, TextDelta)
                 if ev.index != 0:
                     continue
-                ms = self.elapsed_ms()
-                self._texts.append(ev.text)
-                self._n_deltas += 1
-                self._n_ids += len(ev.token_ids or ())
-                if not self._in_band and self._pending is not None:
-                    # The held token is not the last: a token followed it.
-                    out.append(self._prefix + self.token_event(self._pending, self._pending_ms) + b"\n\n")
-                    self._pending = None
-                if i == ride or not self._in_band:
-                    self._pending, self._pending_ms = ev, ms
+                ms = 0.0
+                if now:
+                    ms = (now - (self._t_last or self._t0)) * 1000
+                    self._t_last = now
+                texts.append(ev.text)
+                if ev.token_ids:
+                    self._n_ids += len(ev.token_ids)
+                if not in_band:
+                    if pending is not None:
+                        out.append(frame(pending, pending_ms))  # a token followed it: not the last
+                    pending, pending_ms = ev, ms
+                elif i == ride:
+                    pending, pending_ms = ev, ms
                 else:
-                    out.append(self._prefix + self.token_event(ev, ms) + b"\n\n")
+                    out.append(frame(ev, ms))
             elif t is FinishEvent:
                 assert isinstance(ev, FinishEvent)
                 if ev.index == 0:
@@ -183,6 +193,7 @@ class HoldBackRenderer(ABC):
             elif t is UsageEvent:
                 assert isinstance(ev, UsageEvent)
                 self._usage = ev.usage
+        self._pending, self._pending_ms = pending, pending_ms
         return b"".join(out)
 
     def elapsed_ms(self) -> float:
@@ -194,9 +205,10 @@ class HoldBackRenderer(ABC):
         return (now - base) * 1000
 
     @abstractmethod
-    def token_event(self, d: TextDelta, ms: float) -> bytes:
-        """One token's event, as JSON; `ms` is how long after the previous token (or the start)
-        it came. Written as one byte template: this runs once per streamed token."""
+    def token_frame(self, d: TextDelta, ms: float) -> bytes:
+        """One token's event, framed (`data:`, its JSON, a blank line); `ms` is how long after
+        the previous token (or the start) it came. Written as one byte template: this runs once
+        per streamed token."""
 
     @abstractmethod
     def final_event(
@@ -211,7 +223,7 @@ class HoldBackRenderer(ABC):
             d["prompt_tokens"] = u.prompt_tokens if u else None
         d["finish_reason"] = TGI_FINISH[self._finish or Finish.EOS]
         d["generated_tokens"] = (
-            u.completion_tokens if u and u.completion_tokens is not None else (self._n_ids or self._n_deltas)
+            u.completion_tokens if u and u.completion_tokens is not None else (self._n_ids or len(self._texts))
         )
         d["seed"] = self._req.params.seed
         if self._fl.input_length and u is not None and u.prompt_tokens is not None:
@@ -223,7 +235,7 @@ class HoldBackRenderer(ABC):
         out = b""
         if self._pending is not None:
             # The held-back token came from the backend before the fault: the client gets it first.
-            out = self._prefix + self.token_event(self._pending, self._pending_ms) + b"\n\n"
+            out = self.token_frame(self._pending, self._pending_ms)
             self._pending = None
         return out + self._fl.error_frame(err)
 
@@ -240,12 +252,19 @@ class HoldBackRenderer(ABC):
         return self._prefix + _dumps(event) + b"\n\n"
 
 
+_TOKEN_FIELDS = b'"token":{"id":%b,"text":%b,"logprob":null,"special":false},"generated_text":null,"details":null}\n\n'
+_TOKEN = b"{" + _TOKEN_FIELDS
+_INDEXED_TOKEN = b'{"index":%d,' + _TOKEN_FIELDS
+
+
 class TGIStreamRenderer(HoldBackRenderer):
     """`/generate_stream` events: token, generated_text (final only), details (final only)."""
 
     def __init__(self, fl: Flavour, req: Request, ctx: RenderContext) -> None:
         super().__init__(fl, req, ctx)
         self._index = 0
+        self._no_id = _dumps(fl.unknown_id)  # a token the backend gave no id for
+        self._frame = self._prefix + (_INDEXED_TOKEN if fl.index else _TOKEN)
 
     def _token(self, d: TextDelta | None) -> dict[str, Any]:
         if d is None:
@@ -265,17 +284,14 @@ class TGIStreamRenderer(HoldBackRenderer):
         out["token"] = self._token(d)
         return out
 
-    def token_event(self, d: TextDelta, ms: float) -> bytes:
+    def token_frame(self, d: TextDelta, ms: float) -> bytes:
         # The fields of _event's token and the final event's nulls, in their order.
-        fl = self._fl
-        token = b'"token":{"id":%b,"text":%b,"logprob":null,"special":false},"generated_text":null,"details":null}' % (
-            _dumps(ids_value(d.token_ids, fl.unknown_id, fl.id_lists)),
-            _dumps(d.text),
-        )
-        if fl.index:
+        ids = d.token_ids
+        token_id = self._no_id if not ids else _dumps(ids_value(ids, self._fl.unknown_id, self._fl.id_lists))
+        if self._fl.index:
             self._index += 1
-            return b'{"index":%d,%b' % (self._index, token)
-        return b"{" + token
+            return self._frame % (self._index, token_id, _dumps(d.text))
+        return self._frame % (token_id, _dumps(d.text))
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
