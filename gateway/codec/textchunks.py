@@ -14,7 +14,7 @@ log probabilities, which count its tokens). A template made with `counted` keeps
 the text as holes: the field under `counted`, and every value with a fraction, an exponent or
 brackets (a log probability or a list of them; whole numbers such as ids are the stream's own
 and stay in the template). The bytes between the holes must be the learned ones and each hole
-one JSON value; `count` of the counted value, per chunk, adds up in `tokens`.
+one JSON value; `count` of the counted values adds up in `tokens`.
 """
 
 import re
@@ -36,7 +36,7 @@ _NUMBER = re.compile(rb'":\s*(-?[0-9][0-9.eE+-]*|\[[0-9.eE+\-,\s]*\])(?=\s*[,}])
 class TextChunks:
     """The template of one stream's text chunks: `key` is the text's field as it appears in the
     payload (`"content":`), whose string value is the text; `counted` (`"output_log_probs":`)
-    a field that counts each chunk's tokens, and `count` how."""
+    a field that counts each chunk's tokens, and `count` how many a list of its values holds."""
 
     __slots__ = (
         "_at",
@@ -140,7 +140,7 @@ class TextChunks:
                 # The tuple made directly: a named tuple's own constructor costs as much again.
                 out.append(_new(TextDelta, (text, index, None, None)))
         if per > 1:
-            self.tokens += sum(map(self._count, values[self._at :: per]))
+            self.tokens += self._count(values[self._at :: per])
         return True
 
     def event(self, payload: bytes, out: list[Event]) -> bool:
@@ -160,18 +160,28 @@ class TextChunks:
         lead, suf = self._lead, self._suf
         if self._pre is None or not data.startswith(lead, start):
             return start  # not even the first: no need to cut the read
-        begin, tail, holes = len(lead), len(suf), bool(self._segs)
+        begin, tail, segs = len(lead), len(suf), self._segs
         parts: list[bytes] = []
         used = start
         # The last piece is what follows the last blank line: part of an event, or nothing.
         for event in data[start:].split(b"\n\n")[:-1]:
             if not event.startswith(lead) or not event.endswith(suf):
                 break
-            if holes:
-                if not self._parts(event, begin, parts):
+            at = begin
+            if segs:
+                # _parts, written out: this runs once per streamed token.
+                for seg in segs:
+                    end = event.find(seg, at)
+                    if end < 0:
+                        break
+                    parts.append(event[at:end])
+                    at = end + len(seg)
+                else:
+                    end = 0
+                if end < 0:
+                    del parts[len(parts) - len(parts) % self._per :]
                     break
-            else:
-                parts.append(event[begin : len(event) - tail])
+            parts.append(event[at : len(event) - tail])
             used += len(event) + 2
         if not parts or self._decode(parts, out):
             return used
