@@ -515,12 +515,21 @@ class Row:
     others_busy: float | None = None
     added_p50_ms: float | None = None
     failed: list[str] = field(default_factory=list)
-    # The floor's run of the same kind just before this one (gateway rows): a shared machine's
-    # speed drifts over minutes, so each gateway row is compared with a floor measured beside it.
+    # The floor's runs of the same kind just before and just after this one (gateway rows),
+    # averaged: a shared machine's speed drifts over minutes, so each gateway row is compared
+    # with a floor measured on either side of it.
     floor_rps: float | None = None
     floor_cpu_us_per_req: float | None = None
     vs_floor: dict[str, float] = field(default_factory=dict)
     vs_direct: dict[str, float] = field(default_factory=dict)
+
+
+def set_floor(row: Row, refs: list[Row]) -> None:
+    """`row`'s floor figures: the mean of its reference runs that did not fail."""
+    good = [r for r in refs if not r.failed and r.rps and r.cpu_us_per_req is not None]
+    if good:
+        row.floor_rps = sum(r.rps for r in good) / len(good)
+        row.floor_cpu_us_per_req = sum(r.cpu_us_per_req or 0.0 for r in good) / len(good)
 
 
 @dataclass
@@ -788,9 +797,9 @@ class Bench:
         paced_floor: tuple[str, int] | None = None,
     ) -> None:
         """Every scenario's rows; with `floor` (its base URL and pid), each JSON and stream row
-        right after a floor run of the same kind, its reference; with `paced_floor` (a floor in
+        between two floor runs of the same kind, its reference; with `paced_floor` (a floor in
         front of the paced upstream), likewise each paced row."""
-        refs: dict[str, tuple[str, dict[str, Any], Expect]] = {}
+        refs: dict[str, tuple[str, dict[str, Any], Expect | None]] = {}
         if floor is not None:
             fb, answer = BASELINE, stub.ANSWERS[BASELINE.answer]
             for kind, path, body, stream in (
@@ -807,41 +816,38 @@ class Bench:
                 expect = self.checked("gateway", sc, kind, url, body, stream)
                 if expect is not None:
                     self.warm(url, body)
-                ref = None
-                if floor is not None:
-                    furl, fbody, fexpect = refs[kind]
-                    ref = self.measure(
-                        "floor", BASELINE, kind, furl, fbody, self.s.connections, [floor[1]], fexpect, record=False
-                    )
+                before = None if floor is None else self.floor_ref(floor[1], kind, refs[kind], self.s.connections)
                 row = self.measure("gateway", sc, kind, url, body, self.s.connections, pids, expect)
-                if ref is not None and not ref.failed:
-                    row.floor_rps, row.floor_cpu_us_per_req = ref.rps, ref.cpu_us_per_req
+                if floor is not None and before is not None:
+                    set_floor(row, [before, self.floor_ref(floor[1], kind, refs[kind], self.s.connections)])
             url = f"{base}/json/{sc.key}{sc.json_path}"
             expect = self.checked("gateway", sc, "latency", url, sc.json_body, False)
             self.measure("gateway", sc, "latency", url, sc.json_body, 1, pids, expect)
         paced_ref = None
         if paced_floor is not None:
             furl = paced_floor[0] + BASELINE.stream_path
-            paced_ref = (furl, self.checked("floor", BASELINE, "paced", furl, BASELINE.stream_body, True))
+            paced_ref = (
+                furl,
+                BASELINE.stream_body,
+                self.checked("floor", BASELINE, "paced", furl, BASELINE.stream_body, True),
+            )
         for sc in PACED:
             url = f"{base}/paced/{sc.key}{sc.stream_path}"
             expect = self.checked("gateway", sc, "paced", url, sc.stream_body, True)
-            ref = None
-            if paced_floor is not None and paced_ref is not None:
-                ref = self.measure(
-                    "floor",
-                    BASELINE,
-                    "paced",
-                    paced_ref[0],
-                    BASELINE.stream_body,
-                    self.s.paced_connections,
-                    [paced_floor[1]],
-                    paced_ref[1],
-                    record=False,
-                )
-            row = self.measure("gateway", sc, "paced", url, sc.stream_body, self.s.paced_connections, pids, expect)
-            if ref is not None and not ref.failed:
-                row.floor_rps, row.floor_cpu_us_per_req = ref.rps, ref.cpu_us_per_req
+            n = self.s.paced_connections
+            before = (
+                None
+                if paced_floor is None or paced_ref is None
+                else self.floor_ref(paced_floor[1], "paced", paced_ref, n)
+            )
+            row = self.measure("gateway", sc, "paced", url, sc.stream_body, n, pids, expect)
+            if paced_floor is not None and paced_ref is not None and before is not None:
+                set_floor(row, [before, self.floor_ref(paced_floor[1], "paced", paced_ref, n)])
+
+    def floor_ref(self, pid: int, kind: str, ref: tuple[str, dict[str, Any], Expect | None], connections: int) -> Row:
+        """A floor run to compare a gateway row with, not a row of the tables itself."""
+        url, body, expect = ref
+        return self.measure("floor", BASELINE, kind, url, body, connections, [pid], expect, record=False)
 
     def start_gateway(
         self, name: str, config: Path, workers: int, cores: list[int]
@@ -859,7 +865,7 @@ class Bench:
         return gw, port
 
     def gateway(self, config: Path) -> None:
-        log("the gateway, one worker (each JSON and stream row after a floor run beside it):")
+        log("the gateway, one worker (each JSON and stream row between two floor runs beside it):")
         gw, port = self.start_gateway("gateway", config, 1, self.proxy_core)
         # The floor again, idle on the same core but for its reference runs.
         fport = free_port()
@@ -963,7 +969,7 @@ class Bench:
                 if row.cpu_us_per_req and ref.cpu_us_per_req:
                     out["cpu_per_req"] = row.cpu_us_per_req / ref.cpu_us_per_req
                 if attr == "vs_floor" and row.floor_rps:
-                    # The floor run beside this one, rather than the one minutes before.
+                    # The floor runs beside this one, rather than the one minutes before.
                     out["rps"] = row.rps / row.floor_rps
                     if row.cpu_us_per_req and row.floor_cpu_us_per_req:
                         out["cpu_per_req"] = row.cpu_us_per_req / row.floor_cpu_us_per_req
@@ -1007,7 +1013,7 @@ class Bench:
         gw_paced = self.good("gateway", PACED[1].key, "paced")
         target = "Paced: CPU per translated event <= 2x floor's per relayed event"
         if floor_paced and gw_paced and floor_paced.cpu_us_per_event and gw_paced.cpu_us_per_event:
-            # Against the floor's paced run just before the gateway's, when there was one.
+            # Against the floor's paced runs on either side of the gateway's, when there were some.
             floor_us = floor_paced.cpu_us_per_event
             if gw_paced.floor_cpu_us_per_req:
                 floor_us = gw_paced.floor_cpu_us_per_req / EVENTS
