@@ -167,20 +167,19 @@ class TextChunks:
         for event in data[start:].split(b"\n\n")[:-1]:
             if not event.startswith(lead) or not event.endswith(suf):
                 break
-            at = begin
+            at, whole = begin, True
             if segs:
                 # _parts, written out: this runs once per streamed token.
                 for seg in segs:
                     end = event.find(seg, at)
                     if end < 0:
+                        whole = False
                         break
                     parts.append(event[at:end])
                     at = end + len(seg)
-                else:
-                    end = 0
-                if end < 0:
-                    del parts[len(parts) - len(parts) % self._per :]
-                    break
+            if not whole:
+                del parts[len(parts) - len(parts) % self._per :]  # the holes it did have
+                break
             parts.append(event[at : len(event) - tail])
             used += len(event) + 2
         if not parts or self._decode(parts, out):

@@ -123,8 +123,8 @@ class HoldBackRenderer(ABC):
     Subclasses shape the events."""
 
     content_type = "text/event-stream"
-    # Whether token events say when their token came (MindIE's timings): the clock is read per
-    # token only for those.
+    # Whether token events say when their token came (MindIE's timings): only then is the clock
+    # read, once per read.
     timed = False
 
     def __init__(self, fl: Flavour, req: Request, ctx: RenderContext) -> None:
