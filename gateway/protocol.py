@@ -56,13 +56,16 @@ class GuardedHandler(RequestHandler):
     first byte, so idle keep-alive time is the keep-alive timeout's business.
     """
 
-    __slots__ = ("_guard", "_header_bytes", "_header_timer", "_refused", "_wants_headers")
+    __slots__ = ("_guard", "_header_bytes", "_header_deadline", "_header_timer", "_refused", "_wants_headers")
 
     def __init__(self, manager: Server, *, guard: Guard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._wants_headers = True
         self._header_bytes = 0
+        # When the awaited headers are due (loop time; 0 until the request's first byte). One
+        # timer per connection looks at it when it fires, rather than one timer per request.
+        self._header_deadline = 0.0
         self._header_timer: asyncio.TimerHandle | None = None
         self._refused = False
 
@@ -71,7 +74,10 @@ class GuardedHandler(RequestHandler):
         self._arm()
 
     def _arm(self) -> None:
-        self._header_timer = self._loop.call_later(self._guard.header_timeout_s, self._headers_late)
+        """The headers are awaited from now; the connection's timer is set unless it runs."""
+        self._header_deadline = self._loop.time() + self._guard.header_timeout_s
+        if self._header_timer is None:
+            self._header_timer = self._loop.call_at(self._header_deadline, self._headers_late)
 
     def _disarm(self) -> None:
         if self._header_timer is not None:
@@ -80,7 +86,11 @@ class GuardedHandler(RequestHandler):
 
     def _headers_late(self) -> None:
         self._header_timer = None
-        if not self._wants_headers or self.transport is None:
+        if not self._wants_headers or not self._header_deadline or self.transport is None:
+            return  # no headers awaited, or the next request's not begun: its first byte arms
+        if self._loop.time() < self._header_deadline:
+            # Set for an earlier request: this one's headers are due later.
+            self._header_timer = self._loop.call_at(self._header_deadline, self._headers_late)
             return
         if self._header_bytes:
             limit = f"{self._guard.header_timeout_s:g}s"
@@ -115,14 +125,14 @@ class GuardedHandler(RequestHandler):
             super().data_received(data)
             return
         self._header_bytes += len(data)
-        if self._header_timer is None:
-            self._arm()
+        if not self._header_deadline:
+            self._arm()  # the request's first byte: its deadline starts
         before = self._request_count
         super().data_received(data)
         if self._request_count != before:
             self._wants_headers = False
             self._header_bytes = 0
-            self._disarm()
+            self._header_deadline = 0.0  # the timer, when it fires, finds nothing due
         elif self._header_bytes > self._guard.max_header_bytes:
             limit = self._guard.max_header_bytes
             self._refuse(431, "Request Header Fields Too Large", f"the request headers exceed {limit} bytes")

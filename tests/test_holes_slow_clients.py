@@ -106,6 +106,25 @@ async def test_the_header_deadline_restarts_for_each_request_on_a_kept_alive_con
         writer.close()
 
 
+async def test_a_later_requests_dribbled_headers_get_their_own_full_deadline(upstream):
+    # The connection's timer was set for its first request; the second request starts just
+    # before it fires, dribbles, and is refused at its own deadline: neither then nor never.
+    async with guarded(limited(upstream.url, client_header_timeout_s=0.3)) as port:
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).startswith(b"HTTP/1.1 200")
+        await asyncio.sleep(0.2)
+        began = loop.time()
+        writer.write(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+        await writer.drain()
+        got = await read_all(reader)
+        assert b"HTTP/1.1 408 Request Timeout\r\n" in got
+        assert loop.time() - began >= 0.25  # not at the first request's deadline
+        writer.close()
+
+
 async def test_oversized_headers_get_431(upstream):
     async with guarded(limited(upstream.url, max_header_bytes=16 * 1024)) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
