@@ -39,11 +39,16 @@ def broken_off(text: str) -> UpstreamError:
 
 
 class EventParser(ABC):
-    __slots__ = ("_decoder", "_fault")
+    """With `chunks`, the stream's text chunks are read from its template (gateway.codec
+    .textchunks), which `on_event` teaches from a chunk it read whole; every other event is
+    `on_event`'s."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_chunks", "_decoder", "_fault")
+
+    def __init__(self, chunks: TextChunks | None = None) -> None:
         self._decoder = SSEDecoder()
         self._fault: Exception | None = None
+        self._chunks = chunks
 
     @abstractmethod
     def on_event(self, data: bytes, out: list[Event]) -> None:
@@ -53,12 +58,19 @@ class EventParser(ABC):
         """The upstream closed the stream: append closing events, or raise when it was cut short."""
 
     def feed(self, data: bytes) -> list[Event]:
+        return self._events(data) if self._chunks is None else self._texts(self._chunks, data)
+
+    def _events(self, data: bytes) -> list[Event]:
+        """The read event by event: a lone chunk of the template from it, anything else by
+        `on_event`."""
         if self._fault is not None:
             raise self._fault
         out: list[Event] = []
+        chunks = self._chunks
         try:
             for payload in self._decoder.feed_data(data):
-                self.on_event(payload, out)
+                if chunks is None or not chunks.event(payload, out):
+                    self.on_event(payload, out)
             self._check_stray()
         except PARSE_ERRORS as e:
             if not out:
@@ -66,12 +78,11 @@ class EventParser(ABC):
             self._fault = e
         return out
 
-    def feed_texts(self, chunks: TextChunks, data: bytes) -> list[Event]:
-        """A translating read: runs of text chunks from the template, each other event (one
-        that may teach the template, a finish, usage) read on its own by `on_event` (which
-        learns the template, and reads a lone chunk of it)."""
+    def _texts(self, chunks: TextChunks, data: bytes) -> list[Event]:
+        """A read with a template: runs of text chunks from it, each other event (one that
+        may teach the template, a finish, usage) read on its own."""
         if self._fault is not None or not chunks.active:
-            return EventParser.feed(self, data)
+            return self._events(data)
         # A read that ends inside an event leaves its start in the decoder: taken back, the
         # next read starts between events again.
         held = self._decoder.take_partial()
@@ -88,10 +99,10 @@ class EventParser(ABC):
                 blank = data.find(b"\n\n", pos)
                 if blank < 0:
                     break
-                out += EventParser.feed(self, data[pos : blank + 2])
+                out += self._events(data[pos : blank + 2])
                 pos = blank + 2
             if pos < size:
-                out += EventParser.feed(self, data[pos:] if pos else data)
+                out += self._events(data[pos:] if pos else data)
         except PARSE_ERRORS as e:
             if not out:
                 raise
@@ -102,8 +113,10 @@ class EventParser(ABC):
         if self._fault is not None:
             raise self._fault
         out: list[Event] = []
+        chunks = self._chunks
         for ev in self.tail():
-            self.on_event(ev, out)
+            if chunks is None or not chunks.event(ev, out):
+                self.on_event(ev, out)
         self._check_stray()
         self.on_end(out)
         return out

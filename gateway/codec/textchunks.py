@@ -22,10 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway import jsonutil
-from gateway.neutral.events import Event, TextDelta
+from gateway.neutral.events import Event, TextDelta, new_event
 
 _FRAMING = b"data: "
-_new = tuple.__new__
 # How often a stream's chunks may fail to show where their text sits before no more is tried (a
 # server that escapes text otherwise than orjson: its chunks are read whole, as before).
 _TRIES = 8
@@ -137,8 +136,7 @@ class TextChunks:
                 del out[before:]
                 return False
             if text:
-                # The tuple made directly: a named tuple's own constructor costs as much again.
-                out.append(_new(TextDelta, (text, index, None, None)))
+                out.append(new_event(TextDelta, (text, index, None, None)))
         if per > 1:
             self.tokens += self._count(values[self._at :: per])
         return True

@@ -61,6 +61,11 @@ class Frame(NamedTuple):
     raw: bool = False
 
 
+# An event built with every field given, past the named tuple's own constructor (a Python
+# function that costs as much again): `new_event(TextDelta, (text, index, None, None))`, for
+# the parsers that make one per streamed token.
+new_event = tuple.__new__
+
 Event = TextDelta | ReasoningDelta | ToolCallDelta | FinishEvent | UsageEvent | Frame
 # Events that belong to one choice (they carry its `index`).
 INDEXED = (TextDelta, ReasoningDelta, ToolCallDelta, FinishEvent)

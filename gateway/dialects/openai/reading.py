@@ -226,23 +226,20 @@ def parse_body(req: Request, body: bytes) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_chunks", "_done", "_empty", "_finished", "_passthrough", "_rename")
+    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename")
 
     def __init__(self, chat: bool, passthrough: bool = False, rename: bytes | None = None) -> None:
-        super().__init__()
+        # Translating, text chunks are read from the first one's template (a pass-through
+        # forwards them undecoded instead).
+        super().__init__(None if passthrough else TextChunks(b'"content":' if chat else b'"text":'))
         self._chat = chat
         self._passthrough = passthrough
         self._rename = rename
         self._done = False
         self._finished = False
         self._empty = b'"content":""' if chat else b'"text":""'
-        # Translating, text chunks are read from the first one's template (a pass-through
-        # forwards them undecoded instead).
-        self._chunks = None if passthrough else TextChunks(b'"content":' if chat else b'"text":')
 
     def feed(self, data: bytes) -> list[Event]:
-        if self._chunks is not None:
-            return self.feed_texts(self._chunks, data)
         plain = self._passthrough and self._fault is None and self._decoder.between_events()
         end, events = plain_prefix(data) if plain else (0, 0)
         if not end:
@@ -270,8 +267,6 @@ class OpenAIStreamParser(EventParser):
 
     def on_event(self, data: bytes, out: list[Event]) -> None:
         chunks = self._chunks
-        if chunks is not None and chunks.event(data, out):
-            return
         if data == DONE:
             self._done = True
             return

@@ -164,7 +164,7 @@ class HoldBackRenderer(ABC):
         pending, pending_ms = self._pending, self._pending_ms
         # Tokens that come in one read came at once: the first waited since the one before,
         # the others not at all.
-        now = time.perf_counter() if self.timed else 0.0
+        clock = self.timed
         for i, ev in enumerate(events):
             t = type(ev)
             if t is TextDelta:
@@ -172,9 +172,8 @@ class HoldBackRenderer(ABC):
                 if ev.index != 0:
                     continue
                 ms = 0.0
-                if now:
-                    ms = (now - (self._t_last or self._t0)) * 1000
-                    self._t_last = now
+                if clock:
+                    ms, clock = self.elapsed_ms(), False
                 texts.append(ev.text)
                 if ev.token_ids:
                     self._n_ids += len(ev.token_ids)

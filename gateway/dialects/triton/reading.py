@@ -15,7 +15,7 @@ from gateway.adapters.stops import StopMatcher
 from gateway.codec.parsing import EventParser, renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError
-from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent
+from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event
 from gateway.neutral.finish import parse_finish
 from gateway.neutral.types import Choice, Finish, Result, Usage
 
@@ -63,9 +63,6 @@ def error_text(obj: Any) -> str:
         if err is not None:
             return jsonutil.dumps_str(err)[:500]
     return jsonutil.dumps_str(obj)[:500]
-
-
-_new = tuple.__new__
 
 
 def _first(value: Any) -> Any:
@@ -210,32 +207,23 @@ class TritonStreamParser(EventParser):
     """`data:` events (with or without the space) to neutral events. A finish the backend sends
     with the last text goes out with it; otherwise the finish, and usage always, at the end."""
 
-    __slots__ = ("_chunks", "_finished", "_matcher", "_reader", "_st", "_stopped")
+    __slots__ = ("_finished", "_matcher", "_reader", "_st", "_stopped")
 
     def __init__(self, st: CallState) -> None:
-        super().__init__()
+        # Translated, TRT-LLM's text events are read from the stream's template: they differ in
+        # their text and their log probabilities, whose number counts the tokens. The template
+        # is only learned from an event that has them, so the reader has the server's count and
+        # never needs the whole text to count it (the template's texts are not kept).
+        templated = st.flavor == "trtllm" and not st.passthrough and not st.strip_stops
+        super().__init__(TextChunks(b'"text_output":', b'"output_log_probs":', _count) if templated else None)
         self._st = st
         self._reader = Reader(st)
         self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
         self._stopped = False
         self._finished = False
-        # Translated, TRT-LLM's text events are read from the stream's template: they differ in
-        # their text and their log probabilities, whose number counts the tokens. The template
-        # is only learned from an event that has them, so the reader has the server's count and
-        # never needs the whole text to count it (the template's texts are not kept).
-        self._chunks = (
-            TextChunks(b'"text_output":', b'"output_log_probs":', _count)
-            if st.flavor == "trtllm" and not st.passthrough and self._matcher is None
-            else None
-        )
-
-    def feed(self, data: bytes) -> list[Event]:
-        return super().feed(data) if self._chunks is None else self.feed_texts(self._chunks, data)
 
     def on_event(self, data: bytes, out: list[Event]) -> None:
         chunks = self._chunks
-        if chunks is not None and chunks.event(data, out):
-            return
         reader = self._reader
         obj = jsonutil.loads(data)
         text = reader.take(obj, midstream=True)
@@ -248,8 +236,7 @@ class TritonStreamParser(EventParser):
                 return
             text, self._stopped = self._matcher.feed(text)
         if text:
-            # The tuple made directly: a named tuple's own constructor costs as much again.
-            out.append(_new(TextDelta, (text, 0, None, None)))
+            out.append(new_event(TextDelta, (text, 0, None, None)))
         if reader.fresh_finish and reader.finish is not None and not self._finished and not self._stopped:
             reader.fresh_finish = False
             self._finished = True
