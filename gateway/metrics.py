@@ -26,6 +26,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from gateway.records import record
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -60,7 +62,7 @@ class RouteMetrics:
     in_flight: Gauge
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KvCache:
     """What a backend's own metrics say of its KV cache: the fraction in use (0 to 1), and the
     block size (tokens) and number of blocks where it says them."""

@@ -10,7 +10,6 @@ or 431 and the connection closes. Body deadlines are the exchange handler's (it 
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -19,13 +18,14 @@ from aiohttp.web_server import Server
 
 from gateway import jsonutil
 from gateway.config import Limits
+from gateway.records import record
 
 log = logging.getLogger("gateway")
 # How long a refused connection's further bytes are read and dropped before it closes.
 _LINGER_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Guard:
     """The per-connection limits, fixed when a connection opens."""
 

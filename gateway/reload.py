@@ -12,10 +12,10 @@ the live configuration names, so that a renewed certificate is picked up as well
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from gateway.config import Config, ConfigError, embedded_default, load_config
 from gateway.proxy.routing import make_ssl
+from gateway.records import record
 from gateway.server import listen_ssl
 
 DIGEST_CHARS = 12
@@ -25,7 +25,7 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:DIGEST_CHARS]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Loaded:
     """A configuration that passed every check, and its hash."""
 
@@ -57,7 +57,7 @@ def _tls_files(config: Config) -> Iterator[str]:
             yield from (f for f in (b.tls.ca, b.tls.cert, b.tls.key) if f)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConfigSource:
     path: str | None  # None: the embedded default
 

@@ -22,6 +22,16 @@ def test_mypy_strict_is_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_records_refuse_assignment_under_the_type_checker():
+    """Records (gateway.records) are plain dataclasses at run time: strict mypy, run over the
+    package above, is what keeps their fields from being assigned."""
+    code = "from gateway.neutral.types import Request, Task\nr = Request(task=Task.CHAT, inbound='x')\n"
+    code += "r.stream = True\n"
+    r = _run("mypy", "--strict", "-c", code)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert 'Property "stream" defined in "Request" is read-only' in r.stdout, r.stdout
+
+
 def test_layers_point_down():
     r = subprocess.run(
         [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],

@@ -7,7 +7,6 @@ depends on nothing in the gateway but the neutral form, so every dialect can dep
 """
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
@@ -16,13 +15,14 @@ from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event
 from gateway.neutral.params import Fate
 from gateway.neutral.types import Answer, Request
+from gateway.records import record
 
 
 class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BackendView:
     """What a codec may know of the backend it talks to: names, its options, its model files."""
 
@@ -37,7 +37,7 @@ class BackendView:
 # ---- outbound ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Carriage:
     """What an outbound codec does with one request: the parameters it maps or leaves to the
     gateway (any other takes its role's default fate), and whatever choice it made on the way
@@ -50,7 +50,7 @@ class Carriage:
     finish_in_band: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outgoing:
     """One request as a backend is to get it, for `Outbound.build`."""
 
@@ -62,7 +62,7 @@ class Outgoing:
     variant: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UpstreamCall:
     """One HTTP request to a backend, built by an outbound codec."""
 
@@ -158,7 +158,7 @@ class StreamRenderer(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RenderContext:
     """What a renderer needs besides the result: ids and names in the client's convention."""
 
@@ -181,7 +181,7 @@ class RenderContext:
 PathValues = Mapping[str, str]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Endpoint:
     """One inference path of an inbound dialect, served by the proxy's exchange handler."""
 
@@ -195,7 +195,7 @@ class Endpoint:
     headers: Callable[[Answer | None, RenderContext], Mapping[str, str]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reply:
     """A small answer of an inbound dialect's own (health, model lists, errors)."""
 
@@ -204,7 +204,7 @@ class Reply:
     content_type: str = "application/json"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteView:
     name: str
     backend: BackendView
@@ -245,7 +245,7 @@ class GroupView(Protocol):
 InfoHandler = Callable[[PathValues, GroupView], Awaitable[Reply]]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Mount:
     method: str
     path: str  # under the route's prefix
@@ -262,7 +262,7 @@ class Inbound(Protocol):
     def error_reply(self, err: GatewayError) -> Reply: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Dialect:
     name: str
     inbound: Inbound

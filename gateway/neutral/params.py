@@ -20,9 +20,10 @@ as the client sent it after its dialect validated it. None means "the client did
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, NamedTuple, get_type_hints
+
+from gateway.records import record
 
 
 class Role(StrEnum):
@@ -39,7 +40,7 @@ class Fate(StrEnum):
     REFUSE = "refuse"  # a contract the backend lacks: the request fails with a 400
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Spec:
     """What the registry says of one parameter besides its type."""
 

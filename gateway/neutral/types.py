@@ -1,14 +1,16 @@
 """Neutral requests and whole answers, shared by every dialect.
 
 Requests are validated at the edge by each dialect's pydantic schema and then carried in these
-frozen dataclasses: nothing changes a request after it is built (a fanned-out part is a copy).
+records (gateway.records: frozen to the type checker): nothing changes a request after it is
+built (a fanned-out part is a copy).
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import StrEnum
 from typing import Any
 
 from gateway.neutral.params import NONE, Params
+from gateway.records import record
 
 
 class Task(StrEnum):
@@ -31,7 +33,7 @@ class Finish(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Message:
     role: str
     # A string, a list of content parts (dicts in OpenAI form), or None (assistant with tool calls).
@@ -52,7 +54,7 @@ class Message:
         return "\n".join(p.get("text", "") for p in self.content if p.get("type") == "text")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Request:
     """One client request in neutral form.
 
@@ -84,14 +86,14 @@ class Request:
         return replace(self, **changes)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     extra: dict[str, Any] | None = None  # dialect extras (cached tokens, reasoning tokens, timings)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Choice:
     index: int = 0
     text: str = ""
@@ -104,7 +106,7 @@ class Choice:
     tokens: list[str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Result:
     """A whole (non-streamed) generation result."""
 
@@ -115,7 +117,7 @@ class Result:
     passthrough: bytes | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EmbeddingResult:
     data: list[Any]  # one vector (list of floats) or base64 string per input, in input order
     usage: Usage | None = None

@@ -16,6 +16,7 @@ from gateway.codec.contract import BackendView, EventStream, Outbound, Reply
 from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, Params, default_fate, is_off
 from gateway.neutral.types import Answer, Request, Task
+from gateway.records import record
 
 DROPPED_HEADER = "X-Gateway-Dropped-Params"
 # The request headers of the Gateway API Inference Extension that a pool puts on a request for
@@ -90,7 +91,7 @@ def prompts(req: Request) -> list[Any] | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Plan:
     """How one client request reaches its backend."""
 

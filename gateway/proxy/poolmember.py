@@ -14,7 +14,6 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -25,6 +24,7 @@ from yarl import URL
 from gateway.config import Config
 from gateway.metrics import CacheCollector, KvCache
 from gateway.proxy.routing import Backend, shown_url
+from gateway.records import record
 
 log = logging.getLogger("gateway")
 
@@ -99,7 +99,7 @@ def read_mindie(samples: Samples) -> KvCache | None:
     return None if usage is None else KvCache(usage)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Kind:
     """What one family of servers says of its KV cache, and how to read it."""
 

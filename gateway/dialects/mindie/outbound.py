@@ -10,7 +10,6 @@ See docs/dialects/mindie.md.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +26,7 @@ from gateway.dialects.tgi.outbound import sampling
 from gateway.neutral.errors import Unsupported
 from gateway.neutral.params import Fate, is_off
 from gateway.neutral.types import Answer, Request, Task
+from gateway.records import record
 
 
 class Options(BaseModel):
@@ -121,7 +121,7 @@ def openai_body(req: Request, model: str | None, opts: Options) -> dict[str, Any
     return body
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _State:
     req: Request
     full_text: bool

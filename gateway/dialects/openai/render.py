@@ -9,7 +9,6 @@ costs one JSON string encode and a few concatenations.
 import base64
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsonutil
@@ -18,6 +17,7 @@ from gateway.neutral import finish as vocab
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Answer, EmbeddingResult, Finish, Request, Result, Task, Usage
+from gateway.records import record
 from gateway.sse import DONE_FRAME
 
 _dumps = jsonutil.dumps
@@ -68,7 +68,7 @@ ERROR_TYPES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Flavour:
     """How a dialect's copy of OpenAI's shapes differs from OpenAI's own."""
 

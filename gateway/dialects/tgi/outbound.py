@@ -6,7 +6,6 @@ cuts the text and reports the finish); the list is still sent, so TGI also stops
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -22,6 +21,7 @@ from gateway.dialects.tgi.render import raw_params
 from gateway.neutral.errors import Unsupported
 from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Answer, Request, Task
+from gateway.records import record
 
 FATES = PARAMETERS_OUT.fates(
     temperature=Fate.MAP,
@@ -61,7 +61,7 @@ def sampling(
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _State:
     req: Request
     prompt_tokens: int | None  # counted with the backend's tokenizer, when one is configured

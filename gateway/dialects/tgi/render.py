@@ -8,7 +8,6 @@ docs/dialects/tgi.md.
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsonutil
@@ -17,6 +16,7 @@ from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
 from gateway.neutral.finish import TGI as TGI_FINISH
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
+from gateway.records import record
 
 _dumps = jsonutil.dumps
 
@@ -38,7 +38,7 @@ def ids_value(ids: list[int] | None, unknown: int | None, lists: bool = True) ->
     return ids[0] if len(ids) == 1 or not lists else ids
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Flavour:
     name: str
     space: bool  # "data: " (MindIE) or "data:" (TGI)
