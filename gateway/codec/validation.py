@@ -11,7 +11,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def load_object(body: bytes) -> dict[str, Any]:
-    if not body.strip():
+    if not body or body.isspace():  # (not strip(): that copies the body to look at its ends)
         raise InvalidRequest("The request body is empty; expected a JSON object", code="invalid_json")
     try:
         data = jsonutil.loads(body)

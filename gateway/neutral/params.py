@@ -131,6 +131,7 @@ SPECS: dict[str, Spec] = {
     for name, annotated in get_type_hints(Params, include_extras=True).items()
 }
 ROLES: dict[str, Role] = {name: spec.role for name, spec in SPECS.items()}
+_AT = {name: i for i, name in enumerate(NAMES)}
 
 
 def default_fate(name: str) -> Fate:
@@ -160,4 +161,14 @@ def make(values: dict[str, Any]) -> Params:
             values["stop"] = (stop,) if stop else None
         elif not stop:
             del values["stop"]
-    return Params(**values)
+    if not values:
+        return NONE
+    # Filled in by position: the named tuple's own constructor takes every field as a keyword
+    # argument (some forty), which costs more than the rest of reading the parameters.
+    fields = list(NONE)
+    for name, value in values.items():
+        at = _AT.get(name)
+        if at is None:
+            raise TypeError(f"no parameter is called {name!r}")
+        fields[at] = value
+    return Params._make(fields)
