@@ -229,6 +229,9 @@ async def _watching_loop_lag(metrics: Metrics) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        # What was recorded last, into the values the process leaves behind (a worker's stay
+        # in the shared folder for the others' scrapes).
+        metrics.flush()
 
 
 def _loop_lag(metrics: Metrics):  # type: ignore[no-untyped-def]

@@ -5,6 +5,11 @@ Labels are route and backend names from the config and fixed enums, never client
 strings, so cardinality stays bounded. Per-route children are bound once and cached, so the
 hot path (one observation per streamed chunk) does no label lookup.
 
+The request path does not call prometheus-client: it adds to plain numbers per route
+(`RouteMetrics`), and `Metrics.flush` adds those to prometheus-client's values when a scrape
+asks, and otherwise FLUSH_S after something was recorded (so a scrape of another worker process
+sees it), and when the process stops.
+
 With `gateway serve --workers N` the parent sets PROMETHEUS_MULTIPROC_DIR before the workers
 start: prometheus-client then keeps every value in per-process files in that folder, and a
 scrape of any worker aggregates them all (see `exposition`). A single process needs nothing.
@@ -15,11 +20,13 @@ docs/deployment.md has the names, what each counts and where they come from).
 """
 
 import asyncio
+import contextlib
+import math
 import os
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -40,6 +47,9 @@ OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 UPSTREAM_ERROR_CLASSES = ("connect", "timeout", "status_4xx", "status_5xx", "protocol", "midstream")
 DISCONNECT_PHASES = ("before_first_token", "streaming")
 LAG_INTERVAL_S = 0.25
+# How long what the request path records may wait before it is in prometheus-client's values
+# (where a scrape of another worker process reads it).
+FLUSH_S = 0.05
 LAG_WINDOW_S = 10.0
 
 
@@ -48,18 +58,102 @@ def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
-@dataclass(eq=False, slots=True)
-class RouteMetrics:
-    """The labelled children of one (route, backend) pair."""
+class Pending:
+    """Observations of one histogram child that are not in its values yet: how many fell in each
+    bucket, and their sum."""
 
-    duration: Histogram
-    ttft: Histogram
-    itl: Histogram
-    upstream: Histogram
-    overhead: Histogram
-    prompt_tokens: Counter
-    completion_tokens: Counter
-    in_flight: Gauge
+    __slots__ = ("_child", "bounds", "counts", "sum")
+
+    def __init__(self, child: Histogram, bounds: tuple[float, ...]) -> None:
+        self._child = child
+        self.bounds = (*bounds, math.inf)
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # The first bucket whose bound is at least the value, as prometheus-client counts.
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def flush(self) -> None:
+        counts = self.counts
+        if not any(counts):
+            return
+        # A histogram child's values are its buckets' counts and its sum, and `observe` only
+        # adds one to a bucket and the value to the sum: adding the counts and the sum of many
+        # observations is the same. (prometheus-client has no call that adds many at once; the
+        # test suite compares the two ways.)
+        buckets = self._child._buckets
+        for i, n in enumerate(counts):
+            if n:
+                buckets[i].inc(n)
+                counts[i] = 0
+        self._child._sum.inc(self.sum)
+        self.sum = 0.0
+
+
+class RouteMetrics:
+    """The metrics of one (route, backend) pair, as the request path records them: plain numbers,
+    which `Metrics.flush` adds to prometheus-client's values (each of its updates takes a lock and
+    a few calls, some tenth of the gateway's own cost of a short request when it was made per
+    request)."""
+
+    __slots__ = (
+        "_completion_child",
+        "_due",
+        "_in_flight_child",
+        "_prompt_child",
+        "completion_tokens",
+        "duration",
+        "in_flight",
+        "itl",
+        "overhead",
+        "prompt_tokens",
+        "ttft",
+        "upstream",
+    )
+
+    def __init__(self, metrics: "Metrics", route: str, backend: str) -> None:
+        self._due = metrics.due
+        # Observed by `gateway.proxy.observe` at a request's end, which then counts the request
+        # (`Metrics.count_request`, which sees that they are flushed).
+        self.duration = Pending(metrics.duration.labels(route, backend), DURATION_BUCKETS)
+        self.ttft = Pending(metrics.ttft.labels(route, backend), TTFT_BUCKETS)
+        self.upstream = Pending(metrics.upstream.labels(route, backend), DURATION_BUCKETS)
+        self.overhead = Pending(metrics.overhead.labels(route, backend), OVERHEAD_BUCKETS)
+        self.itl = Pending(metrics.itl.labels(route, backend), ITL_BUCKETS)  # see `gap`
+        self._prompt_child = metrics.tokens.labels(route, backend, "prompt")
+        self._completion_child = metrics.tokens.labels(route, backend, "completion")
+        self._in_flight_child = metrics.in_flight.labels(route)
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.in_flight = 0  # the change since the last flush
+
+    def started(self) -> None:
+        self.in_flight += 1
+        self._due()
+
+    def ended(self) -> None:
+        self.in_flight -= 1
+        self._due()
+
+    def gap(self, seconds: float) -> None:
+        """The time between two chunks of a stream that carry tokens."""
+        self.itl.observe(seconds)
+        self._due()
+
+    def flush(self) -> None:
+        if self.in_flight:
+            self._in_flight_child.inc(self.in_flight)
+            self.in_flight = 0
+        if self.prompt_tokens:
+            self._prompt_child.inc(self.prompt_tokens)
+            self.prompt_tokens = 0
+        if self.completion_tokens:
+            self._completion_child.inc(self.completion_tokens)
+            self.completion_tokens = 0
+        for pending in (self.duration, self.ttft, self.itl, self.upstream, self.overhead):
+            pending.flush()
 
 
 @record
@@ -167,6 +261,8 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         self._routes: dict[tuple[str, str], RouteMetrics] = {}
         self._requests: dict[tuple[str, ...], Counter] = {}
+        self._counted: dict[tuple[str, ...], int] = {}  # requests counted since the last flush
+        self._flush_at: asyncio.TimerHandle | None = None
         self._model_server: ModelServerGauges | None = None
         r = self.registry
         self.requests = Counter(
@@ -277,18 +373,30 @@ class Metrics:
     def route(self, route: str, backend: str) -> RouteMetrics:
         rm = self._routes.get((route, backend))
         if rm is None:
-            rm = RouteMetrics(
-                duration=self.duration.labels(route, backend),
-                ttft=self.ttft.labels(route, backend),
-                itl=self.itl.labels(route, backend),
-                upstream=self.upstream.labels(route, backend),
-                overhead=self.overhead.labels(route, backend),
-                prompt_tokens=self.tokens.labels(route, backend, "prompt"),
-                completion_tokens=self.tokens.labels(route, backend, "completion"),
-                in_flight=self.in_flight.labels(route),
-            )
-            self._routes[(route, backend)] = rm
+            rm = self._routes[(route, backend)] = RouteMetrics(self, route, backend)
         return rm
+
+    def due(self) -> None:
+        """Something was recorded: it reaches prometheus-client's values within FLUSH_S (a
+        scrape of this process flushes at once). Outside an event loop it waits for a scrape."""
+        if self._flush_at is None:
+            with contextlib.suppress(RuntimeError):
+                self._flush_at = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        """What the request path recorded, into prometheus-client's values: where a scrape reads
+        them, this process's or, with worker processes, any of them."""
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+        for rm in self._routes.values():
+            rm.flush()
+        counted, self._counted = self._counted, {}
+        for key, n in counted.items():
+            child = self._requests.get(key)
+            if child is None:
+                child = self._requests[key] = self.requests.labels(*key)
+            child.inc(n)
 
     def model_server(self) -> ModelServerGauges:
         """The vLLM-named gauges of pool-member mode, registered the first time they are asked for
@@ -299,13 +407,12 @@ class Metrics:
 
     def count_request(self, route: str, backend: str, inbound: str, outbound: str, status: str) -> None:
         key = (route, backend, inbound, outbound, status)
-        child = self._requests.get(key)
-        if child is None:
-            child = self._requests[key] = self.requests.labels(*key)
-        child.inc()
+        self._counted[key] = self._counted.get(key, 0) + 1
+        self.due()
 
     def exposition(self) -> bytes:
         """The text a scrape returns: this registry, or every worker's values in multi-process mode."""
+        self.flush()
         path = multiprocess_dir()
         if path is None:
             return generate_latest(self.registry)

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.metrics import MULTIPROC_ENV, Metrics
+from gateway.metrics import FLUSH_S, MULTIPROC_ENV, Metrics
 from gateway.neutral.events import TextDelta, UsageEvent
 from gateway.neutral.types import Usage
 from gateway.proxy.exchange import Exchange
@@ -193,7 +193,7 @@ async def test_connect_error_class(make_gateway, unused_tcp_port):
 def test_exchange_observes_each_token_gap_into_the_route_child():
     m = Metrics()
     rm = m.route("r", "b")
-    ex = Exchange(0.0, itl=rm.itl)
+    ex = Exchange(0.0, metrics=rm)
     ex.observe([TextDelta("a", 0)])
     ex.observe([])
     ex.observe([TextDelta("b", 0), TextDelta("c", 0)])
@@ -249,11 +249,16 @@ async def test_worker_processes_aggregate_their_metrics(tmp_path, unused_tcp_por
                 async with session.post(f"{base}/v1/chat/completions", json=chat("hi", stream=i < streams)) as r:
                     assert r.status == 200
                     await r.read()
-            async with session.get(f"{base}/metrics") as r:
-                text = await r.text()
-        s = samples(text)
-        rb = {"route": "chat", "backend": "sim"}
-        labels = {**rb, "inbound": "openai", "outbound": "openai", "status": "200"}
+            # A worker's figures reach the shared folder within FLUSH_S of being recorded (the
+            # scraped worker's own at once): the scrape is repeated until the other's are there.
+            rb = {"route": "chat", "backend": "sim"}
+            labels = {**rb, "inbound": "openai", "outbound": "openai", "status": "200"}
+            for _ in range(100):
+                async with session.get(f"{base}/metrics") as r:
+                    s = samples(await r.text())
+                if value(s, "gateway_requests_total", **labels) == n:
+                    break
+                await asyncio.sleep(FLUSH_S)
         assert value(s, "gateway_requests_total", **labels) == n
         assert sum(v for (name, _), v in s.items() if name == "gateway_requests_total") == n
         assert value(s, "gateway_request_duration_seconds_count", **rb) == n
@@ -266,3 +271,49 @@ async def test_worker_processes_aggregate_their_metrics(tmp_path, unused_tcp_por
         code = await asyncio.wait_for(proc.wait(), 30)
     assert code == 0
     assert not os.path.exists(metrics_dir)  # the parent removed its temporary folder
+
+
+def test_recorded_observations_reach_the_same_values_as_observing_each():
+    """The request path adds to plain counts that a flush adds to prometheus-client's values; the
+    exposition is the one observing each value directly gives, bucket bounds included."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from gateway.metrics import DURATION_BUCKETS, ITL_BUCKETS
+
+    values = [0.0, 0.004, 0.005, 0.0051, 0.25, 1, 600, 601, 1e9, 0.025]
+    gaps = [0.0009, 0.001, 0.3, 7.0]
+    m = Metrics()
+    rm = m.route("r", "b")
+    rm.started()
+    for v in values:
+        rm.duration.observe(v)
+    for g in gaps:
+        rm.gap(g)
+    rm.prompt_tokens += 5
+    m.count_request("r", "b", "openai", "openai", "200")
+    m.count_request("r", "b", "openai", "openai", "200")
+    got = samples(m.exposition().decode())
+    ref = CollectorRegistry()
+    duration = Histogram("d", "", ["route", "backend"], buckets=DURATION_BUCKETS, registry=ref).labels("r", "b")
+    itl = Histogram("i", "", ["route", "backend"], buckets=ITL_BUCKETS, registry=ref).labels("r", "b")
+    for v in values:
+        duration.observe(v)
+    for g in gaps:
+        itl.observe(g)
+    want = samples(generate_latest(ref).decode())
+    rb = {"route": "r", "backend": "b"}
+    for mine, theirs in (("gateway_request_duration_seconds", "d"), ("gateway_inter_token_latency_seconds", "i")):
+        for (name, labels), v in want.items():
+            if name.startswith(theirs + "_") and not name.endswith("_created"):
+                assert value(got, mine + name[len(theirs) :], **dict(labels)) == v, (name, labels)
+    assert value(got, "gateway_request_duration_seconds_count", **rb) == len(values)
+    assert value(got, "gateway_tokens_total", kind="prompt", **rb) == 5
+    assert value(got, "gateway_in_flight_requests", route="r") == 1
+    labels = {**rb, "inbound": "openai", "outbound": "openai", "status": "200"}
+    assert value(got, "gateway_requests_total", **labels) == 2
+    # Flushed once: a second scrape shows the same, and what comes after adds to it.
+    rm.ended()
+    rm.duration.observe(0.5)
+    again = samples(m.exposition().decode())
+    assert value(again, "gateway_request_duration_seconds_count", **rb) == len(values) + 1
+    assert value(again, "gateway_in_flight_requests", route="r") == 0

@@ -252,8 +252,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             load.running.inc(running)
         if svc.metrics.enabled:
             rm = svc.metrics.route(route.name, backend.name)
-            rm.in_flight.inc()
-            ex.itl = rm.itl
+            rm.started()
+            ex.metrics = rm
         ctx = RenderContext(
             request_id=ex.request_id,
             created=int(time.time()),
@@ -308,7 +308,7 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             load.running.dec(running)
         svc.budget.release(ticket)
         if counted and ex.route is not None and svc.metrics.enabled:
-            svc.metrics.route(ex.route.name, ex.route.backend.name).in_flight.dec()
+            svc.metrics.route(ex.route.name, ex.route.backend.name).ended()
         if ex.disconnect:
             ex.status = 499
         observe.finish(svc.metrics, request, group, ex, svc.trusted_proxies if svc.access_log else None)

@@ -10,10 +10,9 @@ import time
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import Histogram
 
 from gateway.logs import access_enabled, access_log
-from gateway.metrics import Metrics
+from gateway.metrics import Metrics, RouteMetrics
 from gateway.neutral.events import TOKENS, Event, UsageEvent
 from gateway.neutral.types import Usage
 from gateway.proxy.peers import Network, client_address
@@ -33,9 +32,9 @@ class Exchange:
     last_token: float = 0.0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    # The route's inter-token histogram child, set once the route is known: each gap is
+    # The route's metrics, set once the route is known: each gap between token chunks is
     # observed as it happens rather than collected.
-    itl: Histogram | None = None
+    metrics: RouteMetrics | None = None
     upstream: UpstreamTimes | None = None
     upstream_error: str | None = None
     disconnect: str | None = None
@@ -53,8 +52,8 @@ class Exchange:
         if not kinds.isdisjoint(TOKENS):
             now = time.perf_counter()
             if self.first_token:
-                if self.itl is not None:
-                    self.itl.observe(now - self.last_token)
+                if self.metrics is not None:
+                    self.metrics.gap(now - self.last_token)
             else:
                 self.first_token = now
             self.last_token = now
@@ -104,9 +103,9 @@ def _record(metrics: Metrics, group: RouteGroup, ex: Exchange, now: float, upstr
     if ex.first_token:
         rm.ttft.observe(ex.first_token - ex.start)
     if ex.prompt_tokens:
-        rm.prompt_tokens.inc(ex.prompt_tokens)
+        rm.prompt_tokens += ex.prompt_tokens
     if ex.completion_tokens:
-        rm.completion_tokens.inc(ex.completion_tokens)
+        rm.completion_tokens += ex.completion_tokens
     if ex.upstream_error:
         metrics.upstream_errors.labels(route.name, b, ex.upstream_error).inc()
     if ex.disconnect:
