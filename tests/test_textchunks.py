@@ -229,3 +229,29 @@ def test_a_trtllm_event_whose_bytes_part_from_the_template_midway_counts_nothing
     stream = trtllm(["one", "two", "three"])
     odd = sse([stream[2]]).replace(b',"text_output"', b',"text"')
     check_triton(sse(stream[:2]) + odd + sse(stream[:2]), seed=23)
+
+
+def test_output_log_probs_count_one_per_value_in_every_shape():
+    """A flat list and a run's list of lists are counted in one go; other shapes (None inside,
+    deeper nesting, flags) the long way, to the same rule: every value but None is a token."""
+    from gateway.dialects.triton.reading import _count
+
+    shapes = {
+        None: 0,
+        -0.5: 1,
+        (): 0,
+        (-0.1,): 1,
+        ((-0.1,), (-0.2, -0.3)): 3,
+        ((-0.1,), (None,)): 1,
+        ((1, (2, 3)),): 3,
+        (None, 1.0): 1,
+        ((),): 0,
+        (True,): 1,
+        ((0, 0.0),): 2,
+    }
+
+    def lists(v: object) -> object:
+        return [lists(x) for x in v] if isinstance(v, tuple) else v
+
+    for shape, n in shapes.items():
+        assert _count(lists(shape)) == n, shape

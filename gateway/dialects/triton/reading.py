@@ -8,6 +8,7 @@ details, promises a final event, and its absence means the stream was cut short.
 """
 
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any
 
 from gateway import jsonutil
@@ -72,10 +73,21 @@ def _first(value: Any) -> Any:
     return value
 
 
+_NUMBERS = frozenset((float, int))
+_LISTS = frozenset((list,))
+
+
 def _count(value: Any) -> int:
     """How many values a tensor holds (TRT-LLM's output_log_probs: one per generated token)."""
     if type(value) is not list:
         return 0 if value is None else 1
+    # The usual shapes, counted without a Python step per value: a flat list of numbers, or
+    # (a run of stream events read together) a list of such lists.
+    kinds = set(map(type, value))
+    if kinds <= _NUMBERS:
+        return len(value)
+    if kinds == _LISTS and set(map(type, chain.from_iterable(value))) <= _NUMBERS:
+        return sum(map(len, value))
     n = 0
     for v in value:
         # A stream event holds a token or a few: a flat list, counted without a call per value.
