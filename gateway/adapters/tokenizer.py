@@ -16,8 +16,8 @@ from typing import Any
 from tokenizers import Tokenizer as _HFTokenizer
 
 _REPLACEMENT = "\ufffd"
-# Texts this long (characters) are encoded by the batch call, which releases the GIL.
-_LONG = 4096
+# Ids this many are decoded by the batch call, which releases the GIL.
+_LONG_IDS = 1024
 # Past this many characters the library's scratch memory runs to hundreds of megabytes.
 _HUGE = 1 << 20
 
@@ -105,32 +105,28 @@ class Tokenizer:
         return cls(_HFTokenizer.from_file(str(path)), read_config(folder))
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        if len(text) >= _LONG:
-            ids: list[int] = self._encode_long(text, add_special_tokens).ids
-        else:
-            ids = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        ids: list[int] = self._encoding(text, add_special_tokens).ids
         return ids
 
-    def _encode_long(self, text: str, add_special_tokens: bool) -> Any:
-        # The batch call lets go of the GIL while it works, so a long text encoded in a worker
-        # thread does not hold up the event loop's thread; the "fast" one skips the character
-        # offsets nothing here reads, which is most of the time and memory on a long text.
+    def _encoding(self, text: str, add_special_tokens: bool) -> Any:
+        # The "fast" batch call skips the character offsets nothing here reads: a quarter less
+        # work on a short prompt (123k instructions against 168k for a chat prompt of 23 tokens),
+        # most of the time and memory on a long text. It also lets go of the GIL while it works,
+        # so a long text encoded in a worker thread does not hold up the event loop's thread.
         encoding = self._tok.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0]
         if len(text) >= _HUGE:
             _return_freed_memory()
         return encoding
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        if len(ids) >= _LONG // 4:
+        if len(ids) >= _LONG_IDS:
             text: str = self._tok.decode_batch([list(ids)], skip_special_tokens=skip_special_tokens)[0]
         else:
             text = self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return text
 
     def count(self, text: str) -> int:
-        if len(text) >= _LONG:
-            return len(self._encode_long(text, False))  # the length, without a list of every id
-        return len(self._tok.encode(text, add_special_tokens=False))
+        return len(self._encoding(text, False))  # the length, without a list of every id
 
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._tok.token_to_id(token)
