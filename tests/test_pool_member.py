@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import ConfigError, parse_config
 from gateway.dialects import registry
-from gateway.metrics import MULTIPROC_ENV, KvCache
+from gateway.metrics import MULTIPROC_ENV
+from gateway.modelserver import KvCache
 from gateway.neutral.types import Request, Task
 from gateway.proxy import poolmember
 from gateway.proxy.exchange import priority_of

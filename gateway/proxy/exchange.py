@@ -23,7 +23,8 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.config import Limits
-from gateway.metrics import BackendLoad, Metrics
+from gateway.metrics import Metrics
+from gateway.modelserver import BackendLoad
 from gateway.neutral.errors import (
     GatewayError,
     InvalidRequest,

@@ -22,7 +22,7 @@ from prometheus_client.samples import Sample
 from yarl import URL
 
 from gateway.config import Config
-from gateway.metrics import CacheCollector, KvCache
+from gateway.modelserver import CacheCollector, KvCache
 from gateway.proxy.routing import Backend, shown_url
 from gateway.records import record
 

@@ -11,7 +11,7 @@ import aiohttp
 
 from gateway import config as cfg
 from gateway.codec.contract import BackendView, Dialect, Reply, RouteView
-from gateway.metrics import BackendLoad
+from gateway.modelserver import BackendLoad
 from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate
 from gateway.proxy.plan import Engine
