@@ -219,7 +219,6 @@ async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> byt
 async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: Inbound) -> web.StreamResponse:
     svc = request.app[SERVICES]
     ex = Exchange(time.perf_counter(), request_id_of(request))
-    counted = False
     ticket = Ticket()
     body_read = False
     gate: Gate | None = None
@@ -247,14 +246,12 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             # Waiting for the backend's own slot counts against the request's deadline.
             held = await within(when, backend.gate.enter(plan.width, priority_of(request, req, svc.objectives)))
             gate = backend.gate
-        counted = True
         if backend.load is not None:
             load, running = backend.load, held or plan.width
             load.running.inc(running)
         if svc.metrics.enabled:
-            rm = svc.metrics.route(route.name, backend.name)
-            rm.started()
-            ex.metrics = rm
+            ex.metrics = svc.metrics.route(route.name, backend.name)
+            ex.metrics.started()  # and `ended` below, for the requests that got this far
         ctx = RenderContext(
             request_id=ex.request_id,
             created=int(time.time()),
@@ -308,8 +305,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         if load is not None:
             load.running.dec(running)
         svc.budget.release(ticket)
-        if counted and ex.route is not None and svc.metrics.enabled:
-            svc.metrics.route(ex.route.name, ex.route.backend.name).ended()
+        if ex.metrics is not None:
+            ex.metrics.ended()
         if ex.disconnect:
             ex.status = 499
         observe.finish(svc.metrics, request, group, ex, svc.trusted_proxies if svc.access_log else None)

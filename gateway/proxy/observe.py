@@ -93,7 +93,7 @@ def _record(metrics: Metrics, group: RouteGroup, ex: Exchange, now: float, upstr
         metrics.count_request(r.name, r.backend.name, group.dialect, r.backend.conf.dialect, str(status))
         return
     b = route.backend.name
-    rm = metrics.route(route.name, b)
+    rm = ex.metrics if ex.metrics is not None else metrics.route(route.name, b)
     metrics.count_request(route.name, b, group.dialect, route.backend.conf.dialect, str(status))
     total = now - ex.start
     rm.duration.observe(total)

@@ -89,8 +89,7 @@ def _count(value: Any) -> int:
     if kinds == _LISTS and set(map(type, chain.from_iterable(value))) <= _NUMBERS:
         return sum(map(len, value))
     n = 0
-    for v in value:
-        # A stream event holds a token or a few: a flat list, counted without a call per value.
+    for v in value:  # the rest (None among the values, deeper lists, flags) value by value
         n += (0 if v is None else 1) if type(v) is not list else _count(v)
     return n
 
