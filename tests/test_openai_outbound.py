@@ -15,6 +15,7 @@ from gateway.dialects.openai.inbound import parse_chat
 from gateway.dialects.openai.outbound import OpenAIOutbound, Options
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.neutral.errors import Unsupported, UpstreamClass, UpstreamError
+from gateway.neutral.events import expand
 from gateway.neutral.params import Params
 from gateway.neutral.types import Choice, EmbeddingResult, Finish, Message, Request, Result, Task, Usage
 from gateway.proxy.plan import apply_policy
@@ -339,7 +340,7 @@ def parse_stream(name: str, passthrough: bool = False, step: int | None = None) 
     step = step or len(data)
     for i in range(0, len(data), step):
         out += p.feed(data[i : i + step])
-    return evs(out + p.close())
+    return evs(expand(out + p.close()))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_STREAMS))

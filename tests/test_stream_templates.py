@@ -1,6 +1,7 @@
 """Stream events written from byte templates (the per-token fast paths of the renderers) are
 byte for byte what the wire shapes say, for every kind of text and token id."""
 
+import itertools
 import json
 
 import pytest
@@ -10,8 +11,8 @@ from gateway.dialects.mindie import render as mindie
 from gateway.dialects.openai import render as openai
 from gateway.dialects.tgi import render as tgi
 from gateway.dialects.tgi.inbound import FLAVOUR as TGI
-from gateway.neutral.events import TextDelta
-from gateway.neutral.types import Request, Task
+from gateway.neutral.events import FinishEvent, TextDelta, TextRun, UsageEvent, expand
+from gateway.neutral.types import Finish, Request, Task, Usage
 
 TEXTS = [" The", "", ' "quoted"', "back\\slash", "café 😀", "line\nbreak", "\u2028", "\x00"]
 IDS = [None, [5], [5, 6]]
@@ -68,3 +69,55 @@ def test_openai_text_chunks_follow_the_general_rules(flavour: openai.Flavour, ta
         assert fast == general
         got = fast["choices"][0]["delta"]["content"] if task is Task.CHAT else fast["choices"][0]["text"]
         assert got == text
+
+
+# ---- a run of texts (TextRun) renders as its deltas would ----------------------------------
+
+
+def _renderers(ctx: RenderContext) -> dict[str, object]:
+    from gateway.dialects.databricks import render as databricks
+    from gateway.dialects.triton import render as triton
+    from gateway.neutral.params import Params
+
+    def req(task: Task, inbound: str, n: int = 1) -> Request:
+        return Request(task=task, inbound=inbound, model="m", prompt="p", stream=True, params=Params(n=n))
+
+    return {
+        "openai chat": openai.ChunkStream(openai.OPENAI, req(Task.CHAT, "openai", 2), ctx),
+        "openai completion": openai.ChunkStream(openai.OPENAI, req(Task.COMPLETION, "openai"), ctx),
+        "mindie chat": openai.ChunkStream(mindie.OPENAI_ROUTES, req(Task.CHAT, "mindie", 2), ctx),
+        "databricks chat": openai.ChunkStream(databricks.FLAVOUR, req(Task.CHAT, "databricks"), ctx),
+        "tgi": tgi.TGIStreamRenderer(TGI, req(Task.COMPLETION, "tgi"), ctx),
+        "mindie tgi-style": tgi.TGIStreamRenderer(mindie.TGI_STYLE, req(Task.COMPLETION, "mindie"), ctx),
+        "mindie native": mindie.NativeStreamRenderer(req(Task.COMPLETION, "mindie"), ctx),
+        "mindie vllm-style": mindie.VllmStreamRenderer(req(Task.COMPLETION, "mindie", 2), ctx),
+        "triton": triton.TritonStreamRenderer(req(Task.COMPLETION, "triton"), ctx),
+    }
+
+
+RUN_READS = [
+    [TextRun([" The", ' "quoted"', "café 😀"])],
+    [TextDelta("a", 0, None, [7]), TextRun(["b", "\n", "c"]), TextRun(["p", "q"], 1)],
+    [TextRun(["d", "e"]), FinishEvent(Finish.LENGTH), TextRun(["r", "s"], 1), FinishEvent(Finish.EOS, 1)],
+    [UsageEvent(Usage(3, 12))],
+]
+
+
+@pytest.mark.parametrize("in_band", [True, False])
+@pytest.mark.parametrize("name", list(_renderers(RenderContext("r", 1, "m"))))
+def test_a_run_of_texts_renders_as_its_deltas(name: str, in_band: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stream renderer writes a TextRun (a template run's texts) byte for byte as the
+    text deltas it stands for, whether a finish rides with its last text or each is held
+    back; the clock MindIE's timings read ticks the same for both."""
+    outputs = []
+    for expanded in (False, True):
+        ticks = itertools.count(1)
+        monkeypatch.setattr(tgi.time, "perf_counter", lambda ticks=ticks: next(ticks) / 1000)
+        monkeypatch.setattr(mindie, "_ids", itertools.count(1))  # MindIE's chunk ids count up
+        r = _renderers(RenderContext("r", 1, "m", started=0.0005, finish_in_band=in_band))[name]
+        out = r.start()  # type: ignore[attr-defined]
+        for read in RUN_READS:
+            out += r.render(expand(read) if expanded else read)  # type: ignore[attr-defined]
+        outputs.append(out + r.end())  # type: ignore[attr-defined]
+    assert outputs[0] == outputs[1]
+    assert b"caf" in outputs[0] and b"\\n" in outputs[0]

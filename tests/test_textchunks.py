@@ -9,7 +9,7 @@ import pytest
 from gateway.codec.parsing import PARSE_ERRORS
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.triton.reading import CallState, TritonStreamParser
-from gateway.neutral.events import Event, TextDelta, UsageEvent
+from gateway.neutral.events import Event, TextDelta, TextRun, UsageEvent, expand
 
 TEXTS = [" The", ' say "hi"', " back\\slash", " café", " 😀", " line\nbreak", " tab\t", "\u2028", " }]}", " x"]
 
@@ -55,6 +55,7 @@ def completion(texts: list[str]) -> list[object]:
 
 
 def read_all(parser: OpenAIStreamParser, data: bytes, cuts: list[int]) -> tuple[list[Event], str | None]:
+    """The events a stream's reads give, each run of texts as its deltas (what they mean)."""
     events: list[Event] = []
     at = 0
     try:
@@ -63,8 +64,8 @@ def read_all(parser: OpenAIStreamParser, data: bytes, cuts: list[int]) -> tuple[
             at = cut
         events += parser.close()
     except PARSE_ERRORS as e:
-        return events, type(e).__name__
-    return events, None
+        return expand(events), type(e).__name__
+    return expand(events), None
 
 
 def whole_reading(chat: bool) -> OpenAIStreamParser:
@@ -95,8 +96,10 @@ def test_template_reading_gives_what_whole_reading_gives(shape) -> None:  # type
 def test_a_whole_stream_in_one_read_is_read_from_the_template() -> None:
     parser = OpenAIStreamParser(chat=True)
     events = parser.feed(sse(vllm_chat(TEXTS)))
-    assert [e.text for e in events if type(e) is TextDelta] == TEXTS
+    assert [e.text for e in expand(events) if type(e) is TextDelta] == TEXTS
     assert parser._chunks is not None and parser._chunks._pre is not None
+    # The first text taught the template; the others came in one run.
+    assert [type(e) for e in events[:2]] == [TextDelta, TextRun] and events[1].texts == TEXTS[1:]
 
 
 def test_ascii_escaping_servers_and_crlf_streams_read_the_same() -> None:
@@ -210,6 +213,8 @@ def test_trtllm_events_that_only_look_like_the_template_are_read_whole() -> None
     # Bytes that line up with the template's but hold two values in one hole, or break off.
     head = sse(stream[:2])
     raw = sse([stream[2]]).replace(b'"cum_log_probs":-0.5', b'"cum_log_probs":-0.5,"x":1')
+    # Two lines: the first's payload is no JSON, the second no data line.
+    check_triton(head + sse([stream[2]]).replace(b',"text_output"', b'\n,"text_output"'), seed=24)
     check_triton(head + raw + sse(stream[:1]), seed=20)
     check_triton(head + sse([stream[2]]).replace(b"[-0.7", b"[-0.7,,"), seed=21)
 

@@ -11,7 +11,7 @@ from gateway.dialects import registry as dialects
 from gateway.dialects.triton import inbound, render
 from gateway.dialects.triton.outbound import TritonOutbound
 from gateway.neutral.errors import InvalidRequest, Unsupported, UpstreamError
-from gateway.neutral.events import FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.events import FinishEvent, TextDelta, UsageEvent, expand
 from gateway.neutral.params import Params
 from gateway.neutral.types import Choice, Finish, Request, Result, Task
 
@@ -372,7 +372,7 @@ def run_stream(flavor: str, data: bytes, split: int | None = None, **params: Any
     events: list[Any] = []
     for p in parts:
         events += parser.feed(p)
-    return events + parser.close()
+    return expand(events + parser.close())  # a run of texts as its deltas
 
 
 def summary(events: list[Any]) -> tuple[str, list[Any], list[Any]]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.codec.contract import EventStream
-from gateway.neutral.events import Event, FinishEvent, ReasoningDelta, TextDelta, ToolCallDelta
+from gateway.neutral.events import Event, FinishEvent, ReasoningDelta, TextDelta, ToolCallDelta, expand
 from gateway.neutral.types import Finish, Result
 
 
@@ -163,7 +163,7 @@ class StopStream:
 
     def _filter(self, batch: list[Event]) -> list[Event]:
         out: list[Event] = []
-        for ev in batch:
+        for ev in expand(batch):  # matched token by token
             if type(ev) is TextDelta:
                 st = self._state(ev.index)
                 if st.done:

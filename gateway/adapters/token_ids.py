@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from gateway.adapters.tokenizer import Tokenizer
 from gateway.codec.contract import EventStream
-from gateway.neutral.events import Event, TextDelta
+from gateway.neutral.events import Event, TextDelta, expand
 from gateway.neutral.types import Result
 
 
@@ -28,7 +28,7 @@ class TokenIdStream:
             ev._replace(token_ids=self._tok.encode(ev.text))
             if type(ev) is TextDelta and ev.token_ids is None and ev.text
             else ev
-            for ev in events
+            for ev in expand(events)  # ids per token
         ]
 
     async def aclose(self) -> None:

@@ -5,9 +5,10 @@ null fields are the stream's own. Once a parser has read one such chunk whole, `
 keeps the bytes before and after its text string. A later event whose payload has exactly those
 bytes around one JSON string is that text and nothing else, so it is read by decoding the string
 alone, and a read made of such events (the usual read of a fast stream) is cut at its blank
-lines and its strings decoded together, as one JSON array. Anything else (another field set, a
-finish, usage, other SSE framing) falls back to the parser's full reading, which is the
-authority: the template only ever repeats what it said of the chunk it was learned from.
+lines and its strings decoded together, as one JSON array, their texts going on as one
+TextRun. Anything else (another field set, a finish, usage, other SSE framing, a second line)
+falls back to the parser's full reading, which is the authority: the template only ever repeats
+what it said of the chunk it was learned from.
 
 Some servers' text chunks also carry numbers that change from one chunk to the next (TRT-LLM's
 log probabilities, which count its tokens). A template made with `counted` keeps those before
@@ -19,10 +20,12 @@ one JSON value; `count` of the counted values adds up in `tokens`.
 
 import re
 from collections.abc import Callable
+from itertools import repeat
+from operator import and_, itemgetter
 from typing import Any
 
 from gateway import jsonutil
-from gateway.neutral.events import Event, TextDelta, new_event
+from gateway.neutral.events import Event, TextDelta, TextRun, new_event
 
 _FRAMING = b"data: "
 # How often a stream's chunks may fail to show where their text sits before no more is tried (a
@@ -30,6 +33,7 @@ _FRAMING = b"data: "
 _TRIES = 8
 # A field's value that is a number or a flat list of numbers.
 _NUMBER = re.compile(rb'":\s*(-?[0-9][0-9.eE+-]*|\[[0-9.eE+\-,\s]*\])(?=\s*[,}])')
+_STR = {str}
 
 
 class TextChunks:
@@ -124,19 +128,24 @@ class TextChunks:
         False (with nothing added) unless every hole decodes as one JSON value and every
         literal as one string (one part that holds two values, or a literal that is not one
         string, and the chunk is something else, read the full way)."""
+        body = b",".join(parts)
+        if b"\n" in body:  # a part of more than one line (or event) is no part of the template
+            return False
         try:
-            values = jsonutil.loads(b"[" + b",".join(parts) + b"]")
+            values = jsonutil.loads(b"[" + body + b"]")
         except jsonutil.JSONDecodeError:
             return False
         if len(values) != len(parts):
             return False
-        per, index, before = self._per, self._index, len(out)
-        for text in values[per - 1 :: per] if per > 1 else values:
-            if type(text) is not str:
-                del out[before:]
-                return False
-            if text:
-                out.append(new_event(TextDelta, (text, index, None, None)))
+        per = self._per
+        texts = values[per - 1 :: per] if per > 1 else values
+        if set(map(type, texts)) != _STR:
+            return False
+        texts = list(filter(None, texts))  # an empty text is no token of its own
+        if len(texts) > 1:
+            out.append(new_event(TextRun, (texts, self._index)))
+        elif texts:
+            out.append(new_event(TextDelta, (texts[0], self._index, None, None)))
         if per > 1:
             self.tokens += self._count(values[self._at :: per])
         return True
@@ -159,10 +168,36 @@ class TextChunks:
         if self._pre is None or not data.startswith(lead, start):
             return start  # not even the first: no need to cut the read
         begin, tail, segs = len(lead), len(suf), self._segs
+        # The last piece is what follows the last blank line: part of an event, or nothing.
+        events = data[start:].split(b"\n\n")
+        events.pop()
+        if not segs and tail:
+            # The usual template (no holes): every event tested and cut in one call each.
+            leads, ends = map(bytes.startswith, events, repeat(lead)), map(bytes.endswith, events, repeat(suf))
+            fits = list(map(and_, leads, ends))
+            del events[fits.index(False) if False in fits else len(fits) :]
+            parts: list[bytes] = list(map(itemgetter(slice(begin, -tail)), events))
+            used = start + sum(map(len, events)) + 2 * len(events)
+        else:
+            parts, used = self._cut(events, start)
+        if not parts or self._decode(parts, out):
+            return used
+        # A chunk only looked like the template: the ones before it, each on its own.
+        used, per = start, self._per
+        for n, event in enumerate(data[start:].split(b"\n\n")[: len(parts) // per]):
+            if not self._decode(parts[n * per : (n + 1) * per], out):
+                break
+            used += len(event) + 2
+        return used
+
+    def _cut(self, events: list[bytes], start: int) -> tuple[list[bytes], int]:
+        """`run`'s holes and texts of the leading `events` that are the template's, and where
+        they end, event by event."""
+        lead, suf = self._lead, self._suf
+        begin, tail, segs = len(lead), len(suf), self._segs
         parts: list[bytes] = []
         used = start
-        # The last piece is what follows the last blank line: part of an event, or nothing.
-        for event in data[start:].split(b"\n\n")[:-1]:
+        for event in events:
             if not event.startswith(lead) or not event.endswith(suf):
                 break
             at, whole = begin, True
@@ -180,12 +215,4 @@ class TextChunks:
                 break
             parts.append(event[at : len(event) - tail])
             used += len(event) + 2
-        if not parts or self._decode(parts, out):
-            return used
-        # A chunk only looked like the template: the ones before it, each on its own.
-        used, per = start, self._per
-        for n, event in enumerate(data[start:].split(b"\n\n")[: len(parts) // per]):
-            if not self._decode(parts[n * per : (n + 1) * per], out):
-                break
-            used += len(event) + 2
-        return used
+        return parts, used

@@ -19,6 +19,17 @@ class TextDelta(NamedTuple):
     token_ids: list[int] | None = None
 
 
+class TextRun(NamedTuple):
+    """Texts of one choice that came an upstream event each, with nothing else (no log
+    probabilities, no token ids): as many TextDeltas, in one event. A stream's text chunks read
+    together from their template (gateway.codec.textchunks) come as one, so the renderers that
+    write a token per event can write the run in one go too; a consumer with a rule per token
+    takes the deltas from `expand`."""
+
+    texts: list[str]
+    index: int = 0  # type: ignore[assignment]
+
+
 class ReasoningDelta(NamedTuple):
     text: str
     index: int = 0  # type: ignore[assignment]
@@ -66,8 +77,21 @@ class Frame(NamedTuple):
 # the parsers that make one per streamed token.
 new_event = tuple.__new__
 
-Event = TextDelta | ReasoningDelta | ToolCallDelta | FinishEvent | UsageEvent | Frame
+Event = TextDelta | TextRun | ReasoningDelta | ToolCallDelta | FinishEvent | UsageEvent | Frame
 # Events that belong to one choice (they carry its `index`).
-INDEXED = (TextDelta, ReasoningDelta, ToolCallDelta, FinishEvent)
+INDEXED = (TextDelta, TextRun, ReasoningDelta, ToolCallDelta, FinishEvent)
 # Events that carry generated tokens (for time-to-first-token and inter-token latency).
-TOKENS = (TextDelta, ToolCallDelta, ReasoningDelta)
+TOKENS = (TextDelta, TextRun, ToolCallDelta, ReasoningDelta)
+
+
+def expand(events: list[Event]) -> list[Event]:
+    """`events` with each TextRun as its TextDeltas (the list itself when it holds none)."""
+    if TextRun not in set(map(type, events)):
+        return events
+    out: list[Event] = []
+    for ev in events:
+        if type(ev) is TextRun:
+            out += [TextDelta(text, ev.index) for text in ev.texts]
+        else:
+            out.append(ev)
+    return out

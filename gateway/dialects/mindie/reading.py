@@ -3,7 +3,7 @@ OpenAI's; with `fullTextEnabled` the OpenAI routes' streams carry cumulative tex
 into deltas here."""
 
 from gateway.codec.contract import StreamParser
-from gateway.neutral.events import Event, TextDelta
+from gateway.neutral.events import Event, TextDelta, expand
 
 
 class FullTextParser:
@@ -17,7 +17,7 @@ class FullTextParser:
 
     def _diff(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
-        for ev in events:
+        for ev in expand(events):
             if type(ev) is TextDelta:
                 assert isinstance(ev, TextDelta)
                 sent = self._sent.get(ev.index, "")

@@ -13,6 +13,7 @@ A failure after a stream began is a raw text line, not an event.
 
 import itertools
 from dataclasses import replace
+from itertools import repeat
 from typing import Any
 
 from gateway import jsonutil
@@ -20,7 +21,7 @@ from gateway.codec.contract import RenderContext
 from gateway.dialects.openai import render as openai
 from gateway.dialects.tgi import render as tgi
 from gateway.neutral.errors import GatewayError
-from gateway.neutral.events import Event, TextDelta
+from gateway.neutral.events import Event, TextDelta, expand
 from gateway.neutral.finish import TGI as FINISH
 from gateway.neutral.types import Answer, Finish, Request, Result, Usage
 
@@ -125,6 +126,11 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
         time = _dumps(round(ms, 2)) if ms else b"0.0"
         return template % (time, _dumps(tgi.ids_value(ids, None)) if ids else b"null", _dumps(d.text))
 
+    def token_frames(self, texts: list[str], ms: float) -> bytes:
+        # The first as token_frame writes it; the others came with it, 0 ms later, without ids.
+        later = zip(repeat(b"0.0"), repeat(b"null"), map(_dumps, texts[1:]))
+        return self.token_frame(TextDelta(texts[0]), ms) + b"".join(map(_DECODE_TOKEN.__mod__, later))
+
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
     ) -> dict[str, Any]:
@@ -166,7 +172,7 @@ class VllmStreamRenderer:
 
     def render(self, events: list[Event]) -> bytes:
         out = []
-        for ev in events:
+        for ev in expand(events):
             if type(ev) is TextDelta:
                 assert isinstance(ev, TextDelta)
                 texts = [""] * self._n

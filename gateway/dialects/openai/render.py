@@ -15,7 +15,17 @@ from gateway import jsonutil
 from gateway.codec.contract import RenderContext, StreamRenderer
 from gateway.neutral import finish as vocab
 from gateway.neutral.errors import GatewayError
-from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.events import (
+    Event,
+    FinishEvent,
+    Frame,
+    ReasoningDelta,
+    TextDelta,
+    TextRun,
+    ToolCallDelta,
+    UsageEvent,
+    expand,
+)
 from gateway.neutral.types import Answer, EmbeddingResult, Finish, Request, Result, Task, Usage
 from gateway.records import record
 from gateway.sse import DONE_FRAME
@@ -313,6 +323,13 @@ class ChunkStream:
         for ev in events:
             if type(ev) is TextDelta and not ev.index and ev.logprobs is None:
                 parts.append(pre + _dumps(ev.text) + post)
+                continue
+            if type(ev) is TextRun:
+                if ev.index:
+                    parts.append(self.render(expand([ev])))
+                else:
+                    # A chunk per text, written together.
+                    parts.append(pre + (post + pre).join(map(_dumps, ev.texts)) + post)
                 continue
             choice = self._delta(ev)
             if choice is not None:

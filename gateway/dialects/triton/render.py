@@ -19,7 +19,7 @@ from gateway import jsonutil
 from gateway.codec.contract import RenderContext
 from gateway.dialects.triton.schema import flag
 from gateway.neutral.errors import GatewayError
-from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent
+from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, expand
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
 
 _dumps = jsonutil.dumps
@@ -137,7 +137,7 @@ class TritonStreamRenderer:
 
     def render(self, events: list[Event]) -> bytes:
         parts = []
-        for ev in events:
+        for ev in expand(events):
             t = type(ev)
             if t is TextDelta:
                 assert isinstance(ev, TextDelta)
