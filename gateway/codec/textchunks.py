@@ -20,8 +20,8 @@ one JSON value; `count` of the counted values adds up in `tokens`.
 
 import re
 from collections.abc import Callable
-from itertools import repeat
-from operator import and_, itemgetter
+from itertools import chain, repeat
+from operator import and_, itemgetter, methodcaller
 from typing import Any
 
 from gateway import jsonutil
@@ -34,6 +34,7 @@ _TRIES = 8
 # A field's value that is a number or a flat list of numbers.
 _NUMBER = re.compile(rb'":\s*(-?[0-9][0-9.eE+-]*|\[[0-9.eE+\-,\s]*\])(?=\s*[,}])')
 _STR = {str}
+_TWO = {2}
 
 
 class TextChunks:
@@ -163,7 +164,7 @@ class TextChunks:
         """Where the text chunks of the template that `data` holds from `start` (where an event
         begins) end, each a whole event in the usual framing (`data: `, the payload, a blank
         line); their texts are appended to `out`. `start` when there are none. (`event`'s test
-        with the framing in front, written out: this runs once per streamed token.)"""
+        with the framing in front, for every event of the read at once.)"""
         lead, suf = self._lead, self._suf
         if self._pre is None or not data.startswith(lead, start):
             return start  # not even the first: no need to cut the read
@@ -171,20 +172,25 @@ class TextChunks:
         # The last piece is what follows the last blank line: part of an event, or nothing.
         events = data[start:].split(b"\n\n")
         events.pop()
-        if not segs and tail:
-            # The usual template (no holes): every event tested and cut in one call each.
+        parts: list[bytes] = []
+        if len(segs) < 2 and tail:
+            # The usual templates (no hole, or one): every event tested and cut in one call each.
             leads, ends = map(bytes.startswith, events, repeat(lead)), map(bytes.endswith, events, repeat(suf))
             fits = list(map(and_, leads, ends))
             del events[fits.index(False) if False in fits else len(fits) :]
-            parts: list[bytes] = list(map(itemgetter(slice(begin, -tail)), events))
+            parts = list(map(itemgetter(slice(begin, -tail)), events))
             used = start + sum(map(len, events)) + 2 * len(events)
-        else:
+            if segs:
+                # Each hole ends where the bytes after it first come, as `_cut` finds them.
+                cut = list(map(methodcaller("split", segs[0], 1), parts))
+                parts = list(chain.from_iterable(cut)) if set(map(len, cut)) == _TWO else []
+        if not parts:
             parts, used = self._cut(events, start)
         if not parts or self._decode(parts, out):
             return used
         # A chunk only looked like the template: the ones before it, each on its own.
         used, per = start, self._per
-        for n, event in enumerate(data[start:].split(b"\n\n")[: len(parts) // per]):
+        for n, event in enumerate(events[: len(parts) // per]):
             if not self._decode(parts[n * per : (n + 1) * per], out):
                 break
             used += len(event) + 2
