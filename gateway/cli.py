@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from gateway import jsonutil
-from gateway.config import ConfigError, load_config
+from gateway.config import ConfigError
+from gateway.configfile import load_config
 
 log = logging.getLogger("gateway")
 

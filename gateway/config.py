@@ -1,4 +1,5 @@
-"""The config file: pydantic models, `${VAR}` expansion, loading, and one-line error messages.
+"""The config: pydantic models, `${VAR}` expansion, the checks, and one-line error messages.
+Reading it from a file (or making the embedded default) is gateway.configfile's.
 
 The shape is the contract the README's Configuration section shows. Dialect-specific `options`
 are validated by the dialect's own options model, so an unknown option is a config error.
@@ -7,10 +8,8 @@ are validated by the dialect's own options model, so an unknown option is a conf
 import ipaddress
 import os
 import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.dialects import registry
@@ -392,38 +391,3 @@ def path_collisions(config: Config) -> list[str]:
             else:
                 owner[mp] = (i, r.name, r.dialect)
     return problems
-
-
-def load_config(path: str | Path) -> Config:
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError([f"{path}: not valid YAML{where}: {problem}"]) from None
-    return parse_config(data)
-
-
-def embedded_default() -> Config:
-    """The config used when none is given: every dialect mounted, on simulated backends.
-
-    OpenAI and MindIE share /v1/chat/completions, so MindIE's routes sit under /mindie. Triton
-    clients are answered through the OpenAI simulator: a simulated Triton server imitates
-    TensorRT-LLM, which echoes the prompt unless asked not to, a poor first sight of the gateway.
-    """
-    backends: dict[str, Any] = {}
-    routes: list[dict[str, Any]] = []
-    names = registry.available()
-    for name in names:
-        backend = "sim-openai" if name == "triton" and "openai" in names else f"sim-{name}"
-        backends[backend] = {"dialect": backend.removeprefix("sim-"), "simulate": True, "model": "sim-model"}
-        route: dict[str, Any] = {"name": name, "dialect": name, "backend": backend}
-        if name == "mindie":
-            route["prefix"] = "/mindie"
-        routes.append(route)
-    return parse_config({"listen": {"host": "127.0.0.1", "port": 8080}, "backends": backends, "routes": routes})

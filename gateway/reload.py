@@ -13,7 +13,8 @@ import hashlib
 import os
 from collections.abc import Iterator
 
-from gateway.config import Config, ConfigError, embedded_default, load_config
+from gateway.config import Config, ConfigError
+from gateway.configfile import embedded_default, load_config
 from gateway.proxy.routing import make_ssl
 from gateway.records import record
 from gateway.server import listen_ssl

@@ -8,7 +8,8 @@ import pytest
 from pydantic import BaseModel
 
 from gateway.codec.contract import Dialect, Mount, NoOptions, Reply
-from gateway.config import ConfigError, embedded_default, load_config, parse_config, route_paths
+from gateway.config import ConfigError, parse_config, route_paths
+from gateway.configfile import embedded_default, load_config
 from gateway.dialects import registry as dialects
 from gateway.neutral.errors import GatewayError
 

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from gateway.app import create_app
-from gateway.config import embedded_default
+from gateway.configfile import embedded_default
 from tests.conftest import one_route
 from tests.fixtures.openai.wire import load, raw
 from tests.support import json_reply, raw_reply, sse_reply

@@ -28,7 +28,7 @@ from gateway.metrics import MULTIPROC_ENV
 from gateway.modelserver import KvCache
 from gateway.neutral.types import Request, Task
 from gateway.proxy import poolmember
-from gateway.proxy.exchange import priority_of
+from gateway.proxy.admission import priority_of
 from gateway.proxy.plan import POOL_HEADERS
 from gateway.proxy.routing import build_backend
 from tests.support import FakeUpstream, Recorded, json_reply, start_workers

@@ -1,7 +1,7 @@
 """The embedded default serves at once, and a translated exchange reaches a fake upstream."""
 
 from gateway.app import create_app
-from gateway.config import embedded_default
+from gateway.configfile import embedded_default
 from tests.conftest import one_route
 from tests.support import json_reply
 

@@ -492,7 +492,7 @@ def test_with_tracing_off_opentelemetry_is_not_even_imported() -> None:
     code = (
         "import sys\n"
         "from gateway.app import create_app\n"
-        "from gateway.config import embedded_default\n"
+        "from gateway.configfile import embedded_default\n"
         "create_app(embedded_default())\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )

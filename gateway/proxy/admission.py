@@ -1,11 +1,12 @@
 """What all requests together may hold at once, and what each one holds.
 
 A backend may also have a `Gate` of its own (`backends.X.max_concurrent`), where requests wait
-their turn. Two budgets are process-wide: upstream request slots (`limits.max_concurrent_requests`; a
-fanned-out request takes one slot per upstream request it opens) and request-body bytes held in
-memory (`limits.max_buffered_body_bytes`). A request takes its first slot and reserves room for
-its body before the body is read, so a flood of slow or unfinished bodies is turned away with a
-503 instead of filling memory. Everything a request took comes back in one `release`.
+their turn (`priority_of` says what it is). Two budgets are process-wide: upstream request
+slots (`limits.max_concurrent_requests`; a fanned-out request takes one slot per upstream
+request it opens) and request-body bytes held in memory (`limits.max_buffered_body_bytes`). A
+request takes its first slot and reserves room for its body before the body is read, so a flood
+of slow or unfinished bodies is turned away with a 503 instead of filling memory. Everything a
+request took comes back in one `release`.
 """
 
 import asyncio
@@ -14,7 +15,10 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiohttp import web
+
 from gateway.neutral.errors import Overloaded, RateLimited
+from gateway.neutral.types import Request
 
 
 @dataclass(slots=True)
@@ -147,3 +151,31 @@ class Gate:
         self.queued += d
         if self._on_queue is not None:
             self._on_queue(self.queued)
+
+
+# What a client may say of a request's turn where its dialect has no word for it (MindIE's
+# `priority` is the same scale: 1 first, 5 last).
+PRIORITY_HEADER = "X-Gateway-Priority"
+DEFAULT_PRIORITY = 3
+
+
+# The Inference Extension's objective header (the llm-d router's name, then the extension's own)
+# names an InferenceObjective, whose priority goes the other way (higher first, 0 when unset). It
+# is put on this scale so that both defaults meet: priority p ranks as 3 - p (1 as 2, 10 before
+# any X-Gateway-Priority, -1 as 4).
+OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
+
+
+def priority_of(request: web.Request, req: Request, objectives: dict[str, int] | None = None) -> int:
+    """A request's place in its backend's queue, lowest first: the priority of the objective its
+    objective header names (when `objectives` knows it), else MindIE's `priority`, else
+    X-Gateway-Priority, else 3."""
+    if objectives:
+        for header in OBJECTIVE_HEADERS:
+            named = request.headers.get(header)
+            if named is not None and named in objectives:
+                return DEFAULT_PRIORITY - objectives[named]
+    if req.params.priority is not None:
+        return req.params.priority
+    given = request.headers.get(PRIORITY_HEADER, "")
+    return int(given) if given in ("1", "2", "3", "4", "5") else DEFAULT_PRIORITY

@@ -43,7 +43,8 @@ from gateway.proxy.routing import Backend, shown_url
 from gateway.redact import REDACT
 
 if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
-    from gateway.tracing import ClientTrace, Tracing
+    from gateway.spans import ClientTrace
+    from gateway.tracing import Tracing
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")

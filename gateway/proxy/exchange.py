@@ -38,14 +38,15 @@ from gateway.neutral.errors import (
 from gateway.neutral.events import Event
 from gateway.neutral.types import Request
 from gateway.proxy import observe
-from gateway.proxy.admission import Budget, Gate, Ticket
+from gateway.proxy.admission import Budget, Gate, Ticket, priority_of
 from gateway.proxy.observe import Exchange
 from gateway.proxy.peers import Network, key_id
 from gateway.proxy.plan import DROPPED_HEADER, Plan, pool_headers
 from gateway.proxy.routing import Route, RouteGroup
 
 if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
-    from gateway.tracing import ServerTrace, Tracing
+    from gateway.spans import ServerTrace
+    from gateway.tracing import Tracing
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")
@@ -118,32 +119,6 @@ class Services:
 
 
 SERVICES = web.AppKey("services", Services)
-# What a client may say of a request's turn where its dialect has no word for it (MindIE's
-# `priority` is the same scale: 1 first, 5 last).
-PRIORITY_HEADER = "X-Gateway-Priority"
-DEFAULT_PRIORITY = 3
-
-
-# The Inference Extension's objective header (the llm-d router's name, then the extension's own)
-# names an InferenceObjective, whose priority goes the other way (higher first, 0 when unset). It
-# is put on this scale so that both defaults meet: priority p ranks as 3 - p (1 as 2, 10 before
-# any X-Gateway-Priority, -1 as 4).
-OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
-
-
-def priority_of(request: web.Request, req: Request, objectives: dict[str, int] | None = None) -> int:
-    """A request's place in its backend's queue, lowest first: the priority of the objective its
-    objective header names (when `objectives` knows it), else MindIE's `priority`, else
-    X-Gateway-Priority, else 3."""
-    if objectives:
-        for header in OBJECTIVE_HEADERS:
-            named = request.headers.get(header)
-            if named is not None and named in objectives:
-                return DEFAULT_PRIORITY - objectives[named]
-    if req.params.priority is not None:
-        return req.params.priority
-    given = request.headers.get(PRIORITY_HEADER, "")
-    return int(given) if given in ("1", "2", "3", "4", "5") else DEFAULT_PRIORITY
 
 
 def deadline(max_duration_s: float | None, client_s: int | None, arrived: float) -> float | None:
