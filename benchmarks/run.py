@@ -15,7 +15,8 @@ CPU seconds (utime + stime from /proc/PID/stat) around each wrk run, divided by 
 (or streamed events) served, say what a request costs it whatever the load generator does.
 
 What is measured, each figure also as a ratio to the floor's and to the direct row's of the same
-kind from this run:
+kind from this run (a gateway JSON, stream or paced row: the median of --rounds runs, each
+against the floor runs just before and after it):
 - JSON and 200-event streams at 64 connections (16 with --quick): requests/s, p50, p99, CPU;
 - JSON at one connection: p50, p99, and the p50 added to the direct one;
 - paced streams (one event per write, a gap apart, from benchmarks/paced.py) at 16 connections:
@@ -45,6 +46,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -520,6 +522,9 @@ class Row:
     # with a floor measured on either side of it.
     floor_rps: float | None = None
     floor_cpu_us_per_req: float | None = None
+    # A gateway row is the median of its rounds (Settings.rounds), each between floor runs: every
+    # round's ratio to its floor (requests/s; CPU per request for paced rows), in run order.
+    round_ratios: list[float] = field(default_factory=list)
     vs_floor: dict[str, float] = field(default_factory=dict)
     vs_direct: dict[str, float] = field(default_factory=dict)
 
@@ -540,6 +545,7 @@ class Settings:
     paced_gap_ms: float
     soak_requests: int
     quick: bool
+    rounds: int = 3
     stream_events: int = EVENTS
 
 
@@ -797,8 +803,8 @@ class Bench:
         paced_floor: tuple[str, int] | None = None,
     ) -> None:
         """Every scenario's rows; with `floor` (its base URL and pid), each JSON and stream row
-        between two floor runs of the same kind, its reference; with `paced_floor` (a floor in
-        front of the paced upstream), likewise each paced row."""
+        the median of its rounds, each between two floor runs of the same kind (`rounds`); with
+        `paced_floor` (a floor in front of the paced upstream), likewise each paced row."""
         refs: dict[str, tuple[str, dict[str, Any], Expect | None]] = {}
         if floor is not None:
             fb, answer = BASELINE, stub.ANSWERS[BASELINE.answer]
@@ -816,10 +822,13 @@ class Bench:
                 expect = self.checked("gateway", sc, kind, url, body, stream)
                 if expect is not None:
                     self.warm(url, body)
-                before = None if floor is None else self.floor_ref(floor[1], kind, refs[kind], self.s.connections)
-                row = self.measure("gateway", sc, kind, url, body, self.s.connections, pids, expect)
-                if floor is not None and before is not None:
-                    set_floor(row, [before, self.floor_ref(floor[1], kind, refs[kind], self.s.connections)])
+                n = self.s.connections
+                self.rows.append(
+                    self.rounds(
+                        partial(self.measure, "gateway", sc, kind, url, body, n, pids, expect, record=False),
+                        None if floor is None else partial(self.floor_ref, floor[1], kind, refs[kind], n),
+                    )
+                )
             url = f"{base}/json/{sc.key}{sc.json_path}"
             expect = self.checked("gateway", sc, "latency", url, sc.json_body, False)
             self.measure("gateway", sc, "latency", url, sc.json_body, 1, pids, expect)
@@ -835,14 +844,43 @@ class Bench:
             url = f"{base}/paced/{sc.key}{sc.stream_path}"
             expect = self.checked("gateway", sc, "paced", url, sc.stream_body, True)
             n = self.s.paced_connections
-            before = (
-                None
-                if paced_floor is None or paced_ref is None
-                else self.floor_ref(paced_floor[1], "paced", paced_ref, n)
+            self.rows.append(
+                self.rounds(
+                    partial(self.measure, "gateway", sc, "paced", url, sc.stream_body, n, pids, expect, record=False),
+                    None
+                    if paced_floor is None or paced_ref is None
+                    else partial(self.floor_ref, paced_floor[1], "paced", paced_ref, n),
+                    by_cpu=True,
+                )
             )
-            row = self.measure("gateway", sc, "paced", url, sc.stream_body, n, pids, expect)
-            if paced_floor is not None and paced_ref is not None and before is not None:
-                set_floor(row, [before, self.floor_ref(paced_floor[1], "paced", paced_ref, n)])
+
+    def rounds(self, gateway: Callable[[], Row], floor: Callable[[], Row] | None, by_cpu: bool = False) -> Row:
+        """A gateway row from `Settings.rounds` runs, each between two floor runs (the one after
+        a round is the one before the next): the round whose ratio to the mean of its two floor
+        runs is the median, with every round's ratio. The machine's speed drifts over seconds as
+        well as minutes, and a median of interleaved rounds holds where one pair does not. A
+        round that failed fails the row."""
+        if floor is None:
+            return gateway()
+        done: list[Row] = []
+        before = floor()
+        for _ in range(self.s.rounds):
+            row = gateway()
+            after = floor()
+            set_floor(row, [before, after])
+            done.append(row)
+            before = after
+            if row.failed:
+                return row
+
+        def ratio(r: Row) -> float:
+            if by_cpu:
+                return (r.cpu_us_per_req or 0.0) / r.floor_cpu_us_per_req if r.floor_cpu_us_per_req else 0.0
+            return r.rps / r.floor_rps if r.floor_rps else 0.0
+
+        median = sorted(done, key=ratio)[len(done) // 2]
+        median.round_ratios = [round(ratio(r), 3) for r in done]
+        return median
 
     def floor_ref(self, pid: int, kind: str, ref: tuple[str, dict[str, Any], Expect | None], connections: int) -> Row:
         """A floor run to compare a gateway row with, not a row of the tables itself."""
@@ -865,7 +903,7 @@ class Bench:
         return gw, port
 
     def gateway(self, config: Path) -> None:
-        log("the gateway, one worker (each JSON and stream row between two floor runs beside it):")
+        log(f"the gateway, one worker ({self.s.rounds} round(s) a row, each between floor runs):")
         gw, port = self.start_gateway("gateway", config, 1, self.proxy_core)
         # The floor again, idle on the same core but for its reference runs.
         fport = free_port()
@@ -1077,7 +1115,8 @@ def markdown(bench: Bench, info: dict[str, Any], command: str) -> str:
         f"{info['date']}; {info['arch']}, {info['cpu']}, {info['nproc']} cores, Linux {info['kernel']}; Python "
         f"{info['python']}, aiohttp {info['aiohttp']}, {info['wrk']}, nginx {info['nginx']}; gateway at {info['git']}.",
         f"Command: `{command}`. Proxy on core {bench.proxy_core[0]}; nginx, wrk and the paced upstream on core "
-        f"{bench.load_core[0]}. {s.seconds} s per run; wrk -t1.",
+        f"{bench.load_core[0]}. {s.seconds} s per run; wrk -t1. Each gateway JSON, stream and paced row is the "
+        f"median of {s.rounds} round(s), each against the floor runs just before and after it.",
         "",
         f"| {s.connections} connections | JSON req/s | x floor | x direct | CPU us/req "
         f"| {s.stream_events}-event streams/s | x floor | x direct | CPU us/event |",
@@ -1177,6 +1216,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--paced-connections", type=int, help="connections for paced streams (default 16; 8 quick)")
     ap.add_argument("--paced-gap-ms", type=float, default=1.0, help="gap between paced events (default 1)")
     ap.add_argument("--soak-requests", type=int, default=100_000, help="JSON requests for the memory soak")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="gateway runs per JSON, stream and paced row, each between floor runs; the row is the "
+        "median round (default 3; 1 with --quick)",
+    )
     return ap.parse_args(argv)
 
 
@@ -1194,6 +1239,7 @@ def main(argv: list[str] | None = None) -> int:
         paced_gap_ms=args.paced_gap_ms,
         soak_requests=args.soak_requests,
         quick=quick,
+        rounds=args.rounds or (1 if quick else 3),
     )
     out = args.out or (Path(tempfile.gettempdir()) / "gateway-benchmark-quick.json" if quick else RESULTS)
     command = " ".join([".venv/bin/python -m benchmarks.run", *(sys.argv[1:] if argv is None else argv)])

@@ -54,3 +54,36 @@ def test_quick_benchmark_runs_clean(tmp_path):
         assert not row["failed"], (key, row["failed"])
 
     assert "| target | measured | met |" in r.stdout
+
+
+def test_a_gateway_row_is_its_median_round_each_against_the_floor_beside_it(tmp_path):
+    """Rounds interleave with floor runs (F G F G F G F); the row kept is the round whose ratio to
+    the mean of its two floor runs is the median, and a failed round fails the row."""
+    from benchmarks.run import Bench, Procs, Row, Settings
+
+    def bench(rounds: int) -> Bench:
+        s = Settings(seconds=1, connections=1, paced_connections=1, paced_gap_ms=1, soak_requests=0, quick=True)
+        s.rounds = rounds
+        return Bench(s, tmp_path, Procs(tmp_path), [0, 1])
+
+    def runs(figures: list[float], proxy: str, log: list[str]):
+        it = iter(figures)
+
+        def run() -> Row:
+            row = Row(proxy, "s", "t", "json", 1, 1, rps=next(it), cpu_us_per_req=100.0)
+            log.append(f"{proxy}:{row.rps:g}")
+            return row
+
+        return run
+
+    order: list[str] = []
+    # Ratios: 50/mean(100,50)=0.667, 90/mean(50,100)=1.2, 60/mean(100,100)=0.6: the first is the median.
+    row = bench(3).rounds(runs([50, 90, 60], "gateway", order), runs([100, 50, 100, 100], "floor", order))
+    assert order == ["floor:100", "gateway:50", "floor:50", "gateway:90", "floor:100", "gateway:60", "floor:100"]
+    assert (row.rps, row.floor_rps, row.round_ratios) == (50, 75, [0.667, 1.2, 0.6])
+
+    def failing() -> Row:
+        return Row("gateway", "s", "t", "json", 1, 1, rps=10.0, failed=["wrk counted errors"])
+
+    row = bench(3).rounds(failing, runs([100, 100], "floor", []))
+    assert row.failed and row.rps == 10.0
