@@ -13,7 +13,6 @@ A failure after a stream began is a raw text line, not an event.
 
 import itertools
 from dataclasses import replace
-from itertools import repeat
 from typing import Any
 
 from gateway import jsonutil
@@ -128,7 +127,7 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
 
     def token_frames(self, texts: list[str], ms: float) -> bytes:
         # The first as token_frame writes it; the others came with it, 0 ms later, without ids.
-        later = zip(repeat(b"0.0"), repeat(b"null"), map(_dumps, texts[1:]))
+        later = zip(itertools.repeat(b"0.0"), itertools.repeat(b"null"), map(_dumps, texts[1:]))
         return self.token_frame(TextDelta(texts[0]), ms) + b"".join(map(_DECODE_TOKEN.__mod__, later))
 
     def final_event(
