@@ -198,7 +198,8 @@ class TextChunks:
 
     def _cut(self, events: list[bytes], start: int) -> tuple[list[bytes], int]:
         """`run`'s holes and texts of the leading `events` that are the template's, and where
-        they end, event by event."""
+        they end, event by event (templates with more than one hole, and reads the quicker cut
+        refused)."""
         lead, suf = self._lead, self._suf
         begin, tail, segs = len(lead), len(suf), self._segs
         parts: list[bytes] = []

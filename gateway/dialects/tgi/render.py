@@ -216,12 +216,11 @@ class HoldBackRenderer(ABC):
         the previous token (or the start) it came. Written as one byte template: this runs once
         per streamed token."""
 
+    @abstractmethod
     def token_frames(self, texts: list[str], ms: float) -> bytes:
-        """The events of tokens the backend gave no ids for, the first `ms` after the one
-        before, the others at once: `token_frame` of each, written faster where a subclass can
-        (a run of a fast stream's tokens comes this way)."""
-        frame = self.token_frame
-        return b"".join([frame(TextDelta(texts[0]), ms), *(frame(TextDelta(t), 0.0) for t in texts[1:])])
+        """The events of tokens the backend gave no ids for (a run of a fast stream's tokens),
+        the first `ms` after the one before, the others at once: what `token_frame` writes for
+        each, in one call over the texts."""
 
     @abstractmethod
     def final_event(
