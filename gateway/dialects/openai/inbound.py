@@ -13,7 +13,7 @@ from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import render
-from gateway.dialects.openai.schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from gateway.dialects.openai.schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, plain_chat
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, NotFound
 from gateway.neutral.types import Message, Request, Task
@@ -55,15 +55,27 @@ def parse_chat(
 ) -> Request:
     """`schema` and `inbound` let OpenAI-flavoured dialects (MindIE) reuse this with their own limits."""
     data = load_object(body)
-    m = validate(schema, data)
+    if schema is ChatCompletionRequest and plain_chat(data):
+        # What the model would hold is the body's own values: strict, it converts nothing.
+        model, stream, logprobs, options = (
+            data["model"],
+            data.get("stream"),
+            data.get("logprobs"),
+            data.get("stream_options"),
+        )
+        include_usage = bool(options and options.get("include_usage"))
+    else:
+        m = validate(schema, data)
+        model, stream, logprobs = m.model, m.stream, m.logprobs
+        include_usage = bool(m.stream_options and m.stream_options.include_usage)
     return Request(
         task=Task.CHAT,
         inbound=inbound,
-        model=m.model,
+        model=model,
         messages=messages_from(data["messages"]),
-        stream=bool(m.stream),
-        include_usage=bool(m.stream_options and m.stream_options.include_usage),
-        params=read_params(data, names.CHAT_IN, logprobs=True if m.logprobs else None),
+        stream=bool(stream),
+        include_usage=include_usage,
+        params=read_params(data, names.CHAT_IN, logprobs=True if logprobs else None),
         raw=data,
     )
 

@@ -5,6 +5,8 @@ vLLM-style servers add their own); the vLLM extensions the gateway understands a
 the end of each model so they reach the neutral form.
 """
 
+import math
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -173,3 +175,101 @@ class EmbeddingRequest(_Open):
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
+
+
+# ---- the plain chat request, judged without building a model -------------------------------
+#
+# Most chat requests are a model, a few sampling numbers and text messages. For those, a look at
+# each value's type and range says all that ChatCompletionRequest would; pydantic builds a model
+# for what this cannot judge (tools, content parts, tool messages, anything out of range), so a
+# refused request's error is always pydantic's. This never accepts what the model refuses
+# (tests/test_openai_plain_chat.py holds the two against each other).
+
+
+def _number(lo: float, hi: float) -> Callable[[object], bool]:
+    return lambda v: v is None or ((type(v) is int or type(v) is float) and lo <= v <= hi)
+
+
+def _int_from(lo: float, hi: float = math.inf) -> Callable[[object], bool]:
+    return lambda v: v is None or (type(v) is int and lo <= v <= hi)
+
+
+def _of(*types: type) -> Callable[[object], bool]:
+    return lambda v: v is None or type(v) in types
+
+
+def _stop(v: object) -> bool:
+    return v is None or type(v) is str or (type(v) is list and len(v) <= 4 and all(type(s) is str for s in v))
+
+
+def _token_ids(v: object) -> bool:
+    return v is None or (type(v) is list and all(type(i) is int and i >= 0 for i in v))
+
+
+def _stream_options(v: object) -> bool:
+    # Its "stream must be true" rule is looked at with the whole request.
+    return v is None or (type(v) is dict and type(v.get("include_usage")) in (bool, type(None)))
+
+
+_PLAIN_FIELDS: dict[str, Callable[[object], bool]] = {
+    "frequency_penalty": _number(-2, 2),
+    "max_tokens": _int_from(1),
+    "n": _int_from(1, 128),
+    "presence_penalty": _number(-2, 2),
+    "seed": _int_from(-math.inf),
+    "stop": _stop,
+    "stream": _of(bool),
+    "stream_options": _stream_options,
+    "temperature": _number(0, 2),
+    "top_p": _number(0, 1),
+    "user": _of(str),
+    "top_k": _int_from(-1),
+    "min_p": _number(0, 1),
+    "repetition_penalty": _number(math.ulp(0), math.inf),  # above 0
+    "stop_token_ids": _token_ids,
+    "include_stop_str_in_output": _of(bool),
+    "skip_special_tokens": _of(bool),
+    "ignore_eos": _of(bool),
+    "min_tokens": _int_from(0),
+    "logprobs": _of(bool),
+    "top_logprobs": _int_from(0, 20),
+    "max_completion_tokens": _int_from(1),
+    "parallel_tool_calls": _of(bool),
+    "chat_template_kwargs": _of(dict),
+}
+# Declared fields with no check above (tools, response_format, ... and any added later) are left
+# to the model unless null; undeclared ones are extras, which the model takes as they are.
+_DECLARED = frozenset(ChatCompletionRequest.model_fields) - {"model", "messages"}
+_MESSAGE_OTHERS = tuple(frozenset(ChatMessage.model_fields) - {"role", "content", "name"})
+_TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})
+
+
+def _plain_message(msg: object) -> bool:
+    """A text message of a system, developer, user or assistant: no tool calls, no parts."""
+    if type(msg) is not dict or type(msg.get("content")) is not str:
+        return False
+    role = msg.get("role")
+    if type(role) is not str or role not in _TEXT_ROLES:
+        return False
+    name = msg.get("name")
+    return (name is None or type(name) is str) and all(msg.get(k) is None for k in _MESSAGE_OTHERS)
+
+
+def plain_chat(data: dict[str, Any]) -> bool:
+    """True when ChatCompletionRequest would accept `data` as it is and cheap checks can tell;
+    False means "ask the model", not "invalid"."""
+    model, messages = data.get("model"), data.get("messages")
+    if type(model) is not str or not model or type(messages) is not list or not messages:
+        return False
+    for key, value in data.items():
+        check = _PLAIN_FIELDS.get(key)
+        if check is not None:
+            if not check(value):
+                return False
+        elif value is not None and key in _DECLARED:
+            return False  # a declared field judged only by the model (tools, ...)
+    if data.get("stream_options") is not None and not data.get("stream"):
+        return False
+    if data.get("top_logprobs") is not None and not data.get("logprobs"):
+        return False
+    return all(map(_plain_message, messages))
