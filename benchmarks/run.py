@@ -22,7 +22,8 @@ against the floor runs just before and after it):
 - paced streams (one event per write, a gap apart, from benchmarks/paced.py) at 16 connections:
   CPU per streamed event, floor against the gateway's pass-through and OpenAI -> MindIE routes;
 - the gateway's memory idle after start and over 100,000 JSON requests (not with --quick);
-- `--workers 2` against one worker on JSON pass-through (not with --quick).
+- `--workers 2`, one worker pinned to each core, against one worker on JSON pass-through, in
+  rounds like the rows above (not with --quick).
 
 Exit status: 0 when every answer was complete and no request failed, 1 otherwise, 2 on a
 setup failure, 3 when wrk or nginx is missing and cannot be installed.
@@ -1324,8 +1325,8 @@ def main(argv: list[str] | None = None) -> int:
         "placement": {
             "proxy": f"core {bench.proxy_core[0]}: the floor or the gateway (one process), one at a time",
             "load": f"core {bench.load_core[0]}: nginx, wrk -t1, the paced upstream, this script",
-            "workers": f"cores {','.join(map(str, bench.both_cores))}: the gateway's two workers; "
-            f"nginx and wrk stay on core {bench.load_core[0]}, so the second worker shares it with them",
+            "workers": f"cores {','.join(map(str, bench.both_cores))}: the gateway's two workers, one pinned to "
+            f"each; nginx and wrk stay on core {bench.load_core[0]}, so the second worker shares it with them",
         },
         "rows": [asdict(r) for r in bench.rows],
         "correctness": bench.correctness,
