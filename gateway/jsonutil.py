@@ -15,5 +15,16 @@ dumps = orjson.dumps
 loads = orjson.loads
 
 
+def strings_joined(texts: list[str], between: bytes) -> bytes:
+    """`between.join` of the texts, each as a JSON string (how a renderer writes a run of
+    tokens, one frame each), encoded as one list. Without an escaped quote every quote in the
+    list begins or ends a text, so a `","` in it lies between two texts, or is a text that is
+    one comma."""
+    encoded = orjson.dumps(texts)
+    if b'\\"' in encoded or "," in texts:
+        return between.join(map(orjson.dumps, texts))
+    return encoded[1:-1].replace(b'","', b'"' + between + b'"')
+
+
 def dumps_str(obj: Any) -> str:
     return orjson.dumps(obj).decode()

@@ -3,9 +3,11 @@ byte for byte what the wire shapes say, for every kind of text and token id."""
 
 import itertools
 import json
+import random
 
 import pytest
 
+from gateway import jsonutil
 from gateway.codec.contract import RenderContext
 from gateway.dialects.mindie import render as mindie
 from gateway.dialects.openai import render as openai
@@ -99,6 +101,8 @@ RUN_READS = [
     [TextRun([" The", ' "quoted"', "café 😀"])],
     [TextDelta("a", 0, None, [7]), TextRun(["b", "\n", "c"]), TextRun(["p", "q"], 1)],
     [TextRun(["d", "e"]), FinishEvent(Finish.LENGTH), TextRun(["r", "s"], 1), FinishEvent(Finish.EOS, 1)],
+    # A text that ends in a backslash, or holds the list separator: encoded one by one.
+    [TextRun(["ends in \\", 'holds ","', "x"]), TextRun(["", "y"])],
     [UsageEvent(Usage(3, 12))],
 ]
 
@@ -121,3 +125,14 @@ def test_a_run_of_texts_renders_as_its_deltas(name: str, in_band: bool, monkeypa
         outputs.append(out + r.end())  # type: ignore[attr-defined]
     assert outputs[0] == outputs[1]
     assert b"caf" in outputs[0] and b"\\n" in outputs[0]
+
+
+def test_texts_encoded_together_are_each_texts_json_string() -> None:
+    """jsonutil.strings_joined: the same bytes as encoding each text on its own and joining,
+    whatever the texts hold (quotes, backslashes, the list's own separator, control characters)."""
+    rng = random.Random(7)
+    alphabet = ['"', "\\", ",", '","', "a", " ", "é", "😀", "\n", "\x00", "\u2028", "\\u"]
+    between = b'},"x":1}\n\ndata: {"t":'
+    for _ in range(10_000):
+        texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 3))) for _ in range(rng.randint(1, 6))]
+        assert jsonutil.strings_joined(texts, between) == between.join(map(jsonutil.dumps, texts)), texts

@@ -103,6 +103,9 @@ def render_infer(result: Answer, req: Request, ctx: RenderContext) -> bytes:
 # MindIE's framing has the space.
 _PREFILL_TOKEN = b'data: {"prefill_time":%b,"decode_time":null,"token":{"id":%b,"text":%b}}\n\n'
 _DECODE_TOKEN = b'data: {"prefill_time":null,"decode_time":%b,"token":{"id":%b,"text":%b}}\n\n'
+# A token that came with the one before it (0 ms later) and without an id, cut around its text.
+_LATER_PRE, _LATER_POST = (_DECODE_TOKEN % (b"0.0", b"null", b"\0")).split(b"\0")
+_LATER_BETWEEN = _LATER_POST + _LATER_PRE
 
 
 class NativeStreamRenderer(tgi.HoldBackRenderer):
@@ -127,8 +130,10 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
 
     def token_frames(self, texts: list[str], ms: float) -> bytes:
         # The first as token_frame writes it; the others came with it, 0 ms later, without ids.
-        later = zip(itertools.repeat(b"0.0"), itertools.repeat(b"null"), map(_dumps, texts[1:]))
-        return self.token_frame(TextDelta(texts[0]), ms) + b"".join(map(_DECODE_TOKEN.__mod__, later))
+        first = self.token_frame(TextDelta(texts[0]), ms)
+        if len(texts) < 2:
+            return first
+        return first + _LATER_PRE + jsonutil.strings_joined(texts[1:], _LATER_BETWEEN) + _LATER_POST
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None

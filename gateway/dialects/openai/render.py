@@ -268,6 +268,7 @@ class ChunkStream:
         # The usual event, the first choice's text and nothing else: its frame is the one the
         # general rules below give, cut around the text's JSON string.
         self._text_pre, self._text_post = self._frame(self._delta(TextDelta(_MARK)) or b"").split(_MARK_JSON)
+        self._between = self._text_post + self._text_pre
 
     def _frame(self, choice: bytes, usage: bytes = b"") -> bytes:
         if self._fl.held_finish:
@@ -328,8 +329,7 @@ class ChunkStream:
                 if ev.index:
                     parts.append(self.render(expand([ev])))
                 else:
-                    # A chunk per text, written together.
-                    parts.append(pre + (post + pre).join(map(_dumps, ev.texts)) + post)
+                    parts.append(pre + jsonutil.strings_joined(ev.texts, self._between) + post)
                 continue
             choice = self._delta(ev)
             if choice is not None:

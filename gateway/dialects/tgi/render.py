@@ -277,6 +277,10 @@ class TGIStreamRenderer(HoldBackRenderer):
         self._index = 0
         self._no_id = _dumps(fl.unknown_id)  # a token the backend gave no id for
         self._frame = self._prefix + (_INDEXED_TOKEN if fl.index else _TOKEN)
+        if not fl.index:
+            # A token without an id, cut around its text (a run's frames differ only there).
+            self._text_pre, self._text_post = (self._frame % (self._no_id, b"\0")).split(b"\0")
+            self._between = self._text_post + self._text_pre
 
     def _token(self, d: TextDelta | None) -> dict[str, Any]:
         if d is None:
@@ -306,12 +310,13 @@ class TGIStreamRenderer(HoldBackRenderer):
         return self._frame % (token_id, _dumps(d.text))
 
     def token_frames(self, texts: list[str], ms: float) -> bytes:
-        # token_frame of each, one template filled per text in a single call (no time in TGI's).
-        values = map(_dumps, texts)
+        # token_frame of each (no time in TGI's): one template filled per text in a single call,
+        # or where only the text differs, the texts encoded together.
         if self._fl.index:
             first, self._index = self._index + 1, self._index + len(texts)
-            return b"".join(map(self._frame.__mod__, zip(range(first, self._index + 1), repeat(self._no_id), values)))
-        return b"".join(map(self._frame.__mod__, zip(repeat(self._no_id), values)))
+            frames = zip(range(first, self._index + 1), repeat(self._no_id), map(_dumps, texts))
+            return b"".join(map(self._frame.__mod__, frames))
+        return self._text_pre + jsonutil.strings_joined(texts, self._between) + self._text_post
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
