@@ -136,3 +136,18 @@ def test_texts_encoded_together_are_each_texts_json_string() -> None:
     for _ in range(10_000):
         texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 3))) for _ in range(rng.randint(1, 6))]
         assert jsonutil.strings_joined(texts, between) == between.join(map(jsonutil.dumps, texts)), texts
+
+
+def test_texts_cut_from_one_encoding_are_each_texts_json_string() -> None:
+    """jsonutil.string_contents: each text's JSON string without its quotes, or None."""
+    rng = random.Random(11)
+    alphabet = ['"', "\\", ",", '","', "a", " ", "é", "😀", "\n", "\x00", "\u2028", "\\u"]
+    cut = 0
+    for _ in range(10_000):
+        texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 3))) for _ in range(rng.randint(1, 6))]
+        contents = jsonutil.string_contents(texts)
+        if contents is not None:
+            cut += 1
+            assert [b'"' + c + b'"' for c in contents] == list(map(jsonutil.dumps, texts)), texts
+    assert cut > 1_000
+    assert jsonutil.string_contents([]) is None
