@@ -15,25 +15,28 @@ dumps = orjson.dumps
 loads = orjson.loads
 
 
-def strings_joined(texts: list[str], between: bytes) -> bytes:
-    """`between.join` of the texts, each as a JSON string (how a renderer writes a run of
-    tokens, one frame each), encoded as one list. Without an escaped quote every quote in the
-    list begins or ends a text, so a `","` in it lies between two texts, or is a text that is
-    one comma."""
+def _cuttable(texts: list[str]) -> bytes | None:
+    """The texts encoded as one JSON list, when every `","` in it lies between two texts (how
+    a renderer encodes a run of tokens in one call); else None. Without an escaped quote every
+    quote in the list begins or ends a text, so a `","` is a boundary, or a text that is one
+    comma."""
     encoded = orjson.dumps(texts)
-    if b'\\"' in encoded or "," in texts:
+    return None if b'\\"' in encoded or "," in texts else encoded
+
+
+def strings_joined(texts: list[str], between: bytes) -> bytes:
+    """`between.join` of the texts, each as a JSON string (a run of tokens, one frame each)."""
+    encoded = _cuttable(texts)
+    if encoded is None:
         return between.join(map(orjson.dumps, texts))
     return encoded[1:-1].replace(b'","', b'"' + between + b'"')
 
 
 def string_contents(texts: list[str]) -> list[bytes] | None:
-    """Each text's JSON string without its quotes, cut from one encoding of the list (for
-    frames that differ in more than their texts); None where that cannot be cut exactly (see
-    strings_joined)."""
-    encoded = orjson.dumps(texts)
-    if not texts or b'\\"' in encoded or "," in texts:
-        return None
-    return encoded[2:-2].split(b'","')
+    """Each text's JSON string without its quotes (for frames that differ in more than their
+    texts); None where one encoding of the list cannot be cut exactly."""
+    encoded = _cuttable(texts) if texts else None
+    return None if encoded is None else encoded[2:-2].split(b'","')
 
 
 def dumps_str(obj: Any) -> str:

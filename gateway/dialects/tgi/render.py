@@ -277,9 +277,10 @@ class TGIStreamRenderer(HoldBackRenderer):
         self._index = 0
         self._no_id = _dumps(fl.unknown_id)  # a token the backend gave no id for
         self._frame = self._prefix + (_INDEXED_TOKEN if fl.index else _TOKEN)
-        # The same with the text's quotes in the template, for a text given as its contents.
-        self._quoted_frame = self._frame.replace(b'"text":%b', b'"text":"%b"')
-        if not fl.index:
+        if fl.index:
+            # The same with the text's quotes in the template, for a text given as its contents.
+            self._quoted_frame = self._frame.replace(b'"text":%b', b'"text":"%b"')
+        else:
             # A token without an id, cut around its text (a run's frames differ only there).
             self._text_pre, self._text_post = (self._frame % (self._no_id, b"\0")).split(b"\0")
             self._between = self._text_post + self._text_pre
@@ -317,11 +318,8 @@ class TGIStreamRenderer(HoldBackRenderer):
         if self._fl.index:
             first, self._index = self._index + 1, self._index + len(texts)
             contents = jsonutil.string_contents(texts)
-            if contents is not None:
-                frames = zip(range(first, self._index + 1), repeat(self._no_id), contents)
-                return b"".join(map(self._quoted_frame.__mod__, frames))
-            frames = zip(range(first, self._index + 1), repeat(self._no_id), map(_dumps, texts))
-            return b"".join(map(self._frame.__mod__, frames))
+            frame, values = (self._frame, map(_dumps, texts)) if contents is None else (self._quoted_frame, contents)
+            return b"".join(map(frame.__mod__, zip(range(first, self._index + 1), repeat(self._no_id), values)))
         return self._text_pre + jsonutil.strings_joined(texts, self._between) + self._text_post
 
     def final_event(
