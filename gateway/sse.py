@@ -144,7 +144,9 @@ class SSEDecoder:
 
     def _line(self, line: bytes, events: list[SSEEvent | bytes]) -> None:
         if not line:
-            if self._has_data:
+            # After a line that is no field the stream is broken there (its reader raises once
+            # the events before that line are out): nothing after it is dispatched.
+            if self._has_data and not self.stray:
                 data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
                 events.append(SSEEvent(data, self._event, self._id))
             self._data = []

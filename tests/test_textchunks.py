@@ -215,6 +215,8 @@ def test_trtllm_events_that_only_look_like_the_template_are_read_whole() -> None
     raw = sse([stream[2]]).replace(b'"cum_log_probs":-0.5', b'"cum_log_probs":-0.5,"x":1')
     # Two lines: the first's payload is no JSON, the second no data line.
     check_triton(head + sse([stream[2]]).replace(b',"text_output"', b'\n,"text_output"'), seed=24)
+    # A CR ends a line too, though JSON would take it for white space after a hole.
+    check_triton(head + sse([stream[2]]).replace(b',"text_output"', b'\r,"text_output"'), seed=25)
     check_triton(head + raw + sse(stream[:1]), seed=20)
     check_triton(head + sse([stream[2]]).replace(b"[-0.7", b"[-0.7,,"), seed=21)
 
@@ -260,3 +262,70 @@ def test_output_log_probs_count_one_per_value_in_every_shape():
 
     for shape, n in shapes.items():
         assert _count(lists(shape)) == n, shape
+
+
+# ---- Damaged streams: whatever the bytes, the template reads what the whole reading reads ----
+
+# Bytes that sit where a template's are, or look like them: keys, separators, line ends, quotes,
+# escapes, numbers and brackets.
+DAMAGE = [
+    b'"',
+    b"\\",
+    b",",
+    b"\n",
+    b"\r",
+    b"\n\n",
+    b"}",
+    b"]",
+    b"[",
+    b"1",
+    b"-0.5",
+    b" ",
+    b"data: ",
+    b',"text_output":',
+    b',"output_log_probs":',
+    b'"content":',
+    b'"x"',
+    b"null",
+]
+
+
+def damaged(data: bytes, rng: random.Random) -> bytes:
+    """`data` with a few edits: bytes put in, taken out, or a stretch repeated."""
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(data))
+        kind = rng.random()
+        if kind < 0.5:
+            data = data[:at] + rng.choice(DAMAGE) + data[at:]
+        elif kind < 0.8:
+            data = data[:at] + data[at + rng.randint(1, 20) :]
+        else:
+            end = min(len(data), at + rng.randint(1, 200))
+            data = data[:end] + data[at:end] + data[end:]
+    return data
+
+
+@pytest.mark.parametrize("shape", ["chat", "trtllm", "trtllm-one-hole"])
+def test_damaged_streams_read_from_the_template_as_they_read_whole(shape: str) -> None:
+    rng = random.Random(shape)
+    texts = [rng.choice(TEXTS) for _ in range(40)]
+    if shape == "chat":
+        clean = sse(vllm_chat(texts))
+    else:
+        events = trtllm(texts)
+        if shape == "trtllm-one-hole":
+            for e in events:
+                del e["cum_log_probs"], e["context_logits"]  # type: ignore[attr-defined]
+        clean = sse(events)
+    whole: object = whole_reading(True) if shape == "chat" else triton_parser(False)
+    differs = 0
+    for _ in range(300):
+        data = damaged(clean, rng)
+        cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 3)))
+        template: object = OpenAIStreamParser(chat=True) if shape == "chat" else triton_parser()
+        expected = read_all(whole, data, [])  # type: ignore[arg-type]
+        whole = whole_reading(True) if shape == "chat" else triton_parser(False)
+        assert read_all(template, data, cuts) == expected, (data, cuts)  # type: ignore[arg-type]
+        differs += expected != read_all(whole, clean, [])  # type: ignore[arg-type]
+        whole = whole_reading(True) if shape == "chat" else triton_parser(False)
+    assert differs > 100  # the damage mostly changes what the stream says, so the test can fail

@@ -10,6 +10,11 @@ TextRun. Anything else (another field set, a finish, usage, other SSE framing, a
 falls back to the parser's full reading, which is the authority: the template only ever repeats
 what it said of the chunk it was learned from.
 
+A run of such events is taken apart in a few passes over the whole read (its lines, the bytes
+between the template's, its holes) and then put back together from the pieces and the
+template's bytes: when that gives the read back byte for byte, every event was the template's,
+and the pieces are its texts and holes. Anything else is cut event by event.
+
 Some servers' text chunks also carry numbers that change from one chunk to the next (TRT-LLM's
 log probabilities, which count its tokens). A template made with `counted` keeps those before
 the text as holes: the field under `counted`, and every value with a fraction, an exponent or
@@ -20,8 +25,7 @@ one JSON value; `count` of the counted values adds up in `tokens`.
 
 import re
 from collections.abc import Callable
-from itertools import chain, repeat
-from operator import and_, itemgetter, methodcaller
+from operator import itemgetter
 from typing import Any
 
 from gateway import jsonutil
@@ -34,7 +38,6 @@ _TRIES = 8
 # A field's value that is a number or a flat list of numbers.
 _NUMBER = re.compile(rb'":\s*(-?[0-9][0-9.eE+-]*|\[[0-9.eE+\-,\s]*\])(?=\s*[,}])')
 _STR = {str}
-_TWO = {2}
 
 
 class TextChunks:
@@ -49,10 +52,13 @@ class TextChunks:
         "_index",
         "_key",
         "_lead",
+        "_middle",
         "_per",
         "_pre",
         "_segs",
+        "_seps",
         "_suf",
+        "_tail",
         "_tries",
         "tokens",
     )
@@ -68,6 +74,12 @@ class TextChunks:
         # the key); and how many values a chunk decodes to (its holes and its text).
         self._segs: tuple[bytes, ...] = ()
         self._per = 1
+        # For a run of events: where each ends (the bytes after the text and the blank line),
+        # the slice of an event's line between the template's bytes, and the bytes that follow
+        # each hole and text of a run put back together (the last: to the next event's holes).
+        self._tail = b""
+        self._middle = slice(0)
+        self._seps: tuple[bytes, ...] = ()
         self._at = 0  # which hole is the counted value
         self._index = 0
         self._tries = _TRIES
@@ -108,6 +120,9 @@ class TextChunks:
         self._pre, self._segs, self._per = pre, segs, len(segs) + 1
         self._suf, self._index = payload[at + len(found) :], index
         self._lead = _FRAMING + pre
+        self._tail = self._suf + b"\n\n"
+        self._middle = slice(len(self._lead), -len(self._suf) or None)
+        self._seps = (*segs, self._tail + self._lead)
 
     def _parts(self, payload: bytes, at: int, parts: list[bytes]) -> bool:
         """Put the holes and the text literal of `payload` (which starts as the template does,
@@ -130,7 +145,9 @@ class TextChunks:
         literal as one string (one part that holds two values, or a literal that is not one
         string, and the chunk is something else, read the full way)."""
         body = b",".join(parts)
-        if b"\n" in body:  # a part of more than one line (or event) is no part of the template
+        if b"\n" in body or b"\r" in body:
+            # A part of more than one line (or event) is no part of the template: a CR ends a
+            # line too, where JSON would take it for white space.
             return False
         try:
             values = jsonutil.loads(b"[" + body + b"]")
@@ -165,41 +182,59 @@ class TextChunks:
         begins) end, each a whole event in the usual framing (`data: `, the payload, a blank
         line); their texts are appended to `out`. `start` when there are none. (`event`'s test
         with the framing in front, for every event of the read at once.)"""
-        lead, suf = self._lead, self._suf
-        if self._pre is None or not data.startswith(lead, start):
+        if self._pre is None or not data.startswith(self._lead, start):
             return start  # not even the first: no need to cut the read
-        begin, tail, segs = len(lead), len(suf), self._segs
-        # The last piece is what follows the last blank line: part of an event, or nothing.
-        events = data[start:].split(b"\n\n")
-        events.pop()
-        parts: list[bytes] = []
-        if len(segs) < 2 and tail:
-            # The usual templates (no hole, or one): every event tested and cut in one call each.
-            leads, ends = map(bytes.startswith, events, repeat(lead)), map(bytes.endswith, events, repeat(suf))
-            fits = list(map(and_, leads, ends))
-            del events[fits.index(False) if False in fits else len(fits) :]
-            parts = list(map(itemgetter(slice(begin, -tail)), events))
-            used = start + sum(map(len, events)) + 2 * len(events)
-            if segs:
-                # Each hole ends where the bytes after it first come, as `_cut` finds them.
-                cut = list(map(methodcaller("split", segs[0], 1), parts))
-                parts = list(chain.from_iterable(cut)) if set(map(len, cut)) == _TWO else []
-        if not parts:
+        parts, used = self._whole(data, start)
+        if parts is None:
+            events = data[start:].split(b"\n\n")
+            events.pop()  # what follows the last blank line: part of an event, or nothing
             parts, used = self._cut(events, start)
         if not parts or self._decode(parts, out):
             return used
         # A chunk only looked like the template: the ones before it, each on its own.
-        used, per = start, self._per
-        for n, event in enumerate(events[: len(parts) // per]):
-            if not self._decode(parts[n * per : (n + 1) * per], out):
+        used, per, frame = start, self._per, len(self._lead) + len(self._tail) + sum(map(len, self._segs))
+        for n in range(0, len(parts), per):
+            one = parts[n : n + per]
+            if not self._decode(one, out):
                 break
-            used += len(event) + 2
+            used += frame + sum(map(len, one))
         return used
+
+    def _whole(self, data: bytes, start: int) -> tuple[list[bytes] | None, int]:
+        """The holes and texts of the events from `start` to the last that ends as the template
+        does, and where they end, when every one of them is the template's; None otherwise. (The
+        usual read, in a few passes over all of it instead of a few per event.)"""
+        end = data.rfind(self._tail, start)
+        if end < 0:
+            return None, start
+        end += len(self._tail)
+        run = data[start:end]
+        # An event a line, each followed by a blank one (when the read is as it should be: the
+        # check below is what proves it).
+        middles = list(map(itemgetter(self._middle), run.split(b"\n")[:-1:2]))
+        segs = self._segs
+        if segs:
+            joined = b"\n".join(middles)
+            for seg in segs:
+                joined = joined.replace(seg, b"\n")
+            parts = joined.split(b"\n")
+            if len(parts) != len(middles) * self._per:
+                return None, start
+        else:
+            parts = middles
+        # Put back together: each piece, then the template's bytes that follow it.
+        rebuilt: list[bytes] = [b""] * (2 * len(parts))
+        rebuilt[::2] = parts
+        rebuilt[1::2] = self._seps * len(middles)
+        again = b"".join(rebuilt)  # the run without its first event's lead, and the next's after it
+        if len(again) != len(run) or not again.startswith(run[len(self._lead) :]):
+            return None, start
+        return parts, end
 
     def _cut(self, events: list[bytes], start: int) -> tuple[list[bytes], int]:
         """`run`'s holes and texts of the leading `events` that are the template's, and where
-        they end, event by event (templates with more than one hole, and reads the quicker cut
-        refused)."""
+        they end, event by event (a read whose run `_whole` could not prove whole: one
+        with another event in it, or an event that breaks off)."""
         lead, suf = self._lead, self._suf
         begin, tail, segs = len(lead), len(suf), self._segs
         parts: list[bytes] = []
