@@ -329,3 +329,28 @@ def test_damaged_streams_read_from_the_template_as_they_read_whole(shape: str) -
         differs += expected != read_all(whole, clean, [])  # type: ignore[arg-type]
         whole = whole_reading(True) if shape == "chat" else triton_parser(False)
     assert differs > 100  # the damage mostly changes what the stream says, so the test can fail
+
+
+@pytest.mark.parametrize("lps", ["varying", "scalar", [0.0], "chat"])
+def test_a_clean_run_is_proved_whole_in_one_go(lps: object) -> None:
+    """The usual read is taken apart and put back together in a few passes (not cut event by
+    event): its parts are every event's holes and text, in order."""
+    if lps == "chat":
+        parser: object = OpenAIStreamParser(chat=True)
+        data = sse(vllm_chat(TEXTS))
+        per = 1
+    else:
+        parser = triton_parser()
+        data = sse(trtllm(TEXTS, lps))
+        per = 4  # cum_log_probs, output_log_probs, context_logits, the text
+    first = data.index(b"\n\n", data.index(b'" The"')) + 2  # the first text teaches the template
+    parser.feed(data[:first])  # type: ignore[attr-defined]
+    chunks = parser._chunks  # type: ignore[attr-defined]
+    assert chunks is not None and chunks._pre is not None and chunks._per == per
+    parts, end = chunks._whole(data, first)
+    assert parts is not None and end > first
+    texts = [json.loads(p) for p in parts[per - 1 :: per]]
+    assert texts == TEXTS[1 : len(texts) + 1] and len(parts) == per * len(texts)
+    # One byte off in the middle of the run, and it is not proved (but read right event by event).
+    broken = data[: (first + end) // 2] + b" " + data[(first + end) // 2 :]
+    assert chunks._whole(broken, first)[0] is None
