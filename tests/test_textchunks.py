@@ -321,7 +321,10 @@ def test_damaged_streams_read_from_the_template_as_they_read_whole(shape: str) -
     differs = 0
     for _ in range(300):
         data = damaged(clean, rng)
-        cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 3)))
+        if rng.random() < 0.5:
+            cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 3)))
+        else:  # an event a read, as a model server writes them
+            cuts = [m + 2 for m in range(len(data) - 2) if data.startswith(b"\n\n", m)]
         template: object = OpenAIStreamParser(chat=True) if shape == "chat" else triton_parser()
         expected = read_all(whole, data, [])  # type: ignore[arg-type]
         whole = whole_reading(True) if shape == "chat" else triton_parser(False)
@@ -354,3 +357,21 @@ def test_a_clean_run_is_proved_whole_in_one_go(lps: object) -> None:
     # One byte off in the middle of the run, and it is not proved (but read right event by event).
     broken = data[: (first + end) // 2] + b" " + data[(first + end) // 2 :]
     assert chunks._whole(broken, first)[0] is None
+
+
+@pytest.mark.parametrize("shape", ["chat", "trtllm"])
+def test_an_event_a_read_is_read_from_the_template(shape: str) -> None:
+    """A model server's stream: each event in a read of its own, the way a paced stream comes."""
+    data = sse(vllm_chat(TEXTS)) if shape == "chat" else sse(trtllm(TEXTS))
+    cuts = [m + 2 for m in range(len(data)) if data.startswith(b"\n\n", m)][:-1]
+    template = OpenAIStreamParser(chat=True) if shape == "chat" else triton_parser()
+    whole = whole_reading(True) if shape == "chat" else triton_parser(False)
+    assert (
+        read_all(template, data, cuts)
+        == read_all(whole, data, cuts)
+        == read_all(whole_reading(True) if shape == "chat" else triton_parser(False), data, [])
+    )  # type: ignore[arg-type]
+    chunks = template._chunks
+    assert chunks is not None and chunks._pre is not None
+    if shape == "trtllm":
+        assert chunks.tokens == 2 * (len(TEXTS) - 1)  # every event but the first, from the template

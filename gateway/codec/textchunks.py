@@ -184,6 +184,10 @@ class TextChunks:
         with the framing in front, for every event of the read at once.)"""
         if self._pre is None or not data.startswith(self._lead, start):
             return start  # not even the first: no need to cut the read
+        last = len(data) - 2
+        if data.find(b"\n", start) == last and data.endswith(b"\n\n"):
+            # The read is this one event (a model's stream: an event a write).
+            return last + 2 if self.event(data[start + len(_FRAMING) : last], out) else start
         parts, used = self._whole(data, start)
         if parts is None:
             events = data[start:].split(b"\n\n")
