@@ -74,11 +74,17 @@ def whole_reading(chat: bool) -> OpenAIStreamParser:
     return parser
 
 
+def event_cuts(data: bytes) -> list[int]:
+    """Where each event ends: an event a read, as a model server writes them."""
+    return [m + 2 for m in range(len(data) - 2) if data.startswith(b"\n\n", m)]
+
+
 def check(data: bytes, chat: bool, seed: int) -> None:
     rng = random.Random(seed)
     expected = read_all(whole_reading(chat), data, [])
-    for _ in range(25):
+    for n in range(25):
         cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, min(6, len(data) - 1))))
+        cuts = event_cuts(data) if n == 0 else cuts
         assert read_all(OpenAIStreamParser(chat=chat), data, cuts) == expected, cuts
         assert read_all(whole_reading(chat), data, cuts) == expected, cuts
 
@@ -109,11 +115,15 @@ def test_ascii_escaping_servers_and_crlf_streams_read_the_same() -> None:
 
 
 def test_chunks_that_only_look_like_the_template_are_read_whole() -> None:
-    head = json.dumps(chat_chunk({"content": "\x00"}), separators=(",", ":")).encode()
+    # The stream's own text chunk shape (vLLM's, with token_ids), so that each odd one starts and
+    # ends as the template does.
+    head = json.dumps(chat_chunk({"content": "\x00"}, None, token_ids=None), separators=(",", ":")).encode()
     pre, post = head.split(b'"\\u0000"')
     odd = [
         pre + b'"a","content":"b"' + post,  # a second content key: the last one counts
         pre + b"null" + post,  # no text at all
+        pre + b"5" + post,  # a number where the text was
+        pre + b'["a"]' + post,
         pre + b'"a"' + post.replace(b"null", b'"stop"', 1),  # finishes
         json.dumps(chat_chunk({"content": "x"}, None, token_ids=[5])).encode(),
         json.dumps(chat_chunk({"content": "y", "tool_calls": []})).encode(),
@@ -178,8 +188,9 @@ def check_triton(data: bytes, seed: int) -> None:
     rng = random.Random(seed)
     expected = read_all(triton_parser(False), data, [])  # type: ignore[arg-type]
     assert expected[1] is not None or any(type(e) is UsageEvent for e in expected[0])
-    for _ in range(25):
+    for n in range(25):
         cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, min(6, len(data) - 1))))
+        cuts = event_cuts(data) if n == 0 else cuts
         assert read_all(triton_parser(), data, cuts) == expected, cuts  # type: ignore[arg-type]
 
 
@@ -321,10 +332,8 @@ def test_damaged_streams_read_from_the_template_as_they_read_whole(shape: str) -
     differs = 0
     for _ in range(300):
         data = damaged(clean, rng)
-        if rng.random() < 0.5:
-            cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 3)))
-        else:  # an event a read, as a model server writes them
-            cuts = [m + 2 for m in range(len(data) - 2) if data.startswith(b"\n\n", m)]
+        # Cut anywhere, or an event a read.
+        cuts = event_cuts(data) if rng.random() < 0.5 else sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 3)))
         template: object = OpenAIStreamParser(chat=True) if shape == "chat" else triton_parser()
         expected = read_all(whole, data, [])  # type: ignore[arg-type]
         whole = whole_reading(True) if shape == "chat" else triton_parser(False)
@@ -363,7 +372,7 @@ def test_a_clean_run_is_proved_whole_in_one_go(lps: object) -> None:
 def test_an_event_a_read_is_read_from_the_template(shape: str) -> None:
     """A model server's stream: each event in a read of its own, the way a paced stream comes."""
     data = sse(vllm_chat(TEXTS)) if shape == "chat" else sse(trtllm(TEXTS))
-    cuts = [m + 2 for m in range(len(data)) if data.startswith(b"\n\n", m)][:-1]
+    cuts = event_cuts(data)
     template = OpenAIStreamParser(chat=True) if shape == "chat" else triton_parser()
     whole = whole_reading(True) if shape == "chat" else triton_parser(False)
     assert (
