@@ -7,6 +7,7 @@ import random
 import pytest
 
 from gateway.codec.parsing import PARSE_ERRORS
+from gateway.codec.textchunks import TextChunks
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.triton.reading import CallState, TritonStreamParser
 from gateway.neutral.events import Event, TextDelta, TextRun, UsageEvent, expand
@@ -384,3 +385,30 @@ def test_an_event_a_read_is_read_from_the_template(shape: str) -> None:
     assert chunks is not None and chunks._pre is not None
     if shape == "trtllm":
         assert chunks.tokens == 2 * (len(TEXTS) - 1)  # every event but the first, from the template
+
+
+def test_a_read_of_many_odd_events_is_taken_apart_whole_once() -> None:
+    """Text chunks between other events (here, ones that finish a second choice): the read is
+    tried whole once, then cut event by event from where each other event ends, so a long read
+    costs no more than its length."""
+    stream = vllm_chat(["one", "two"])
+    odd = chat_chunk({}, "stop")
+    odd["choices"][0]["index"] = 1  # type: ignore[index]
+    texts = [t + str(n) for n in range(50) for t in TEXTS[:2]]
+    events = [chat_chunk({"content": t}, None, token_ids=None) for t in texts]
+    mixed = [x for e in events for x in (e, odd)]
+    data = sse([*stream[:2], *mixed, *stream[3:]])
+    calls = 0
+
+    class Counted(TextChunks):
+        def _whole(self, data: bytes, start: int) -> tuple[list[bytes] | None, int]:
+            nonlocal calls
+            calls += 1
+            return super()._whole(data, start)
+
+    parser = OpenAIStreamParser(chat=True)
+    parser._chunks = Counted(b'"content":')
+    got = read_all(parser, data, [])
+    assert got == read_all(whole_reading(True), data, [])
+    assert [e.text for e in got[0] if type(e) is TextDelta][1:] == texts
+    assert calls == 1

@@ -55,6 +55,7 @@ class TextChunks:
         "_middle",
         "_per",
         "_pre",
+        "_refused",
         "_segs",
         "_seps",
         "_suf",
@@ -81,6 +82,7 @@ class TextChunks:
         self._middle = slice(0)
         self._seps: tuple[bytes, ...] = ()
         self._at = 0  # which hole is the counted value
+        self._refused: bytes | None = None  # the last read whose run `_whole` could not prove
         self._index = 0
         self._tries = _TRIES
         self.tokens = 0  # counted by the chunks read from the template
@@ -204,11 +206,14 @@ class TextChunks:
         if data.find(b"\n", start) == last and data.endswith(b"\n\n"):
             # The read is this one event (a model's stream: an event a write).
             return last + 2 if self.event(data[start + len(_FRAMING) : last], out) else start
-        parts, used = self._whole(data, start)
+        parts: list[bytes] | None = None
+        if data is not self._refused:
+            parts, used = self._whole(data, start)
+            # Refused, the read is cut event by event, and not tried whole again after each
+            # other event in it (which would take a read of many apart as many times).
+            self._refused = data if parts is None else None
         if parts is None:
-            events = data[start:].split(b"\n\n")
-            events.pop()  # what follows the last blank line: part of an event, or nothing
-            parts, used = self._cut(events, start)
+            parts, used = self._cut(data, start)
         if not parts or self._decode(parts, out):
             return used
         # A chunk only looked like the template: the ones before it, each on its own.
@@ -251,15 +256,16 @@ class TextChunks:
             return None, start
         return parts, end
 
-    def _cut(self, events: list[bytes], start: int) -> tuple[list[bytes], int]:
-        """`run`'s holes and texts of the leading `events` that are the template's, and where
-        they end, event by event (a read whose run `_whole` could not prove whole: one
-        with another event in it, or an event that breaks off)."""
+    def _cut(self, data: bytes, start: int) -> tuple[list[bytes], int]:
+        """`run`'s holes and texts of the events from `start` that are the template's, and where
+        they end, event by event (a read whose run `_whole` could not prove whole: one with
+        another event in it, or an event that breaks off)."""
         lead, suf = self._lead, self._suf
         begin, tail, segs = len(lead), len(suf), self._segs
         parts: list[bytes] = []
         used = start
-        for event in events:
+        while (blank := data.find(b"\n\n", used)) >= 0:
+            event = data[used:blank]
             if not event.startswith(lead) or not event.endswith(suf):
                 break
             at, whole = begin, True
@@ -276,5 +282,5 @@ class TextChunks:
                 del parts[len(parts) - len(parts) % self._per :]  # the holes it did have
                 break
             parts.append(event[at : len(event) - tail])
-            used += len(event) + 2
+            used = blank + 2
         return parts, used
