@@ -329,18 +329,21 @@ def test_damaged_streams_read_from_the_template_as_they_read_whole(shape: str) -
             for e in events:
                 del e["cum_log_probs"], e["context_logits"]  # type: ignore[attr-defined]
         clean = sse(events)
-    whole: object = whole_reading(True) if shape == "chat" else triton_parser(False)
+
+    def parser(template: bool) -> OpenAIStreamParser | TritonStreamParser:
+        if shape == "chat":
+            return OpenAIStreamParser(chat=True) if template else whole_reading(True)
+        return triton_parser(template)
+
+    undamaged = read_all(parser(False), clean, [])  # type: ignore[arg-type]
     differs = 0
     for _ in range(300):
         data = damaged(clean, rng)
         # Cut anywhere, or an event a read.
         cuts = event_cuts(data) if rng.random() < 0.5 else sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 3)))
-        template: object = OpenAIStreamParser(chat=True) if shape == "chat" else triton_parser()
-        expected = read_all(whole, data, [])  # type: ignore[arg-type]
-        whole = whole_reading(True) if shape == "chat" else triton_parser(False)
-        assert read_all(template, data, cuts) == expected, (data, cuts)  # type: ignore[arg-type]
-        differs += expected != read_all(whole, clean, [])  # type: ignore[arg-type]
-        whole = whole_reading(True) if shape == "chat" else triton_parser(False)
+        expected = read_all(parser(False), data, [])  # type: ignore[arg-type]
+        assert read_all(parser(True), data, cuts) == expected, (data, cuts)  # type: ignore[arg-type]
+        differs += expected != undamaged
     assert differs > 100  # the damage mostly changes what the stream says, so the test can fail
 
 

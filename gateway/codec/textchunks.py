@@ -146,14 +146,21 @@ class TextChunks:
         False (with nothing added) unless every hole decodes as one JSON value and every
         literal as one string (one part that holds two values, or a literal that is not one
         string, and the chunk is something else, read the full way)."""
-        if len(parts) == 1:
-            return self._one(parts[0], out)
         body = b",".join(parts)
         if b"\n" in body or b"\r" in body:
             # A part of more than one line (or event) is no part of the template: a CR ends a
             # line too, where JSON would take it for white space.
             return False
         try:
+            if len(parts) == 1:
+                # One chunk of a template without holes (a model server's event a read): its
+                # literal alone, no list around it.
+                text = jsonutil.loads(body)
+                if type(text) is not str:
+                    return False
+                if text:
+                    out.append(new_event(TextDelta, (text, self._index, None, None)))
+                return True
             values = jsonutil.loads(b"[" + body + b"]")
         except jsonutil.JSONDecodeError:
             return False
@@ -170,20 +177,6 @@ class TextChunks:
             out.append(new_event(TextDelta, (texts[0], self._index, None, None)))
         if per > 1:
             self.tokens += self._count(values[self._at :: per])
-        return True
-
-    def _one(self, literal: bytes, out: list[Event]) -> bool:
-        """`_decode` of one chunk of a template without holes: its literal alone."""
-        if b"\n" in literal or b"\r" in literal:
-            return False
-        try:
-            text = jsonutil.loads(literal)
-        except jsonutil.JSONDecodeError:
-            return False
-        if type(text) is not str:
-            return False
-        if text:
-            out.append(new_event(TextDelta, (text, self._index, None, None)))
         return True
 
     def event(self, payload: bytes, out: list[Event]) -> bool:
