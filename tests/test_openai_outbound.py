@@ -173,6 +173,9 @@ def test_build_translated_messages_and_embeddings() -> None:
         {"role": "tool", "content": "r", "name": "f", "tool_call_id": "c"},
     ]
     assert body_of(req, b)["model"] == "client-model"  # no backend model: the client's name goes through
+    # No model anywhere (TGI's /generate names none): the field is left out, not sent as null,
+    # so that vLLM serves its one model.
+    assert "model" not in body_of(req.but(model=None), b)
     emb = Request(
         task=Task.EMBEDDING,
         inbound="tgi",

@@ -57,6 +57,8 @@ def config(vllm_url: str, triton_url: str, tokenizer: str) -> dict[str, Any]:
     backends: dict[str, Any] = {
         # No tokenizer: whatever token ids clients get must be vLLM's own.
         "vllm": {"dialect": "openai", "url": vllm_url, "model": "tiny", "options": {"extensions": "vllm"}},
+        # No model: a TGI client names none either, so vLLM is left to serve its one model.
+        "vllm-anon": {"dialect": "openai", "url": vllm_url, "options": {"extensions": "vllm"}},
         "ensemble": {**tri, "model": "ensemble", "options": {"flavor": "trtllm", "count_tokens": True}},
         "vllm_model": {**tri, "model": "vllm_model", "options": {"flavor": "vllm"}},
         "missing": {**tri, "model": "no_such_model", "options": {"flavor": "trtllm"}},
@@ -65,6 +67,7 @@ def config(vllm_url: str, triton_url: str, tokenizer: str) -> dict[str, Any]:
     routes: list[dict[str, Any]] = [
         {"name": "oai-missing", "dialect": "openai", "backend": "missing", "models": ["gw-missing"]},
         {"name": "triton-any", "dialect": "triton", "backend": "any", "prefix": "/any"},
+        {"name": "tgi-anon", "dialect": "tgi", "backend": "vllm-anon", "prefix": "/tgi-anon"},
     ]
     for b in BACKENDS:
         routes += [
@@ -400,6 +403,15 @@ async def test_stop_string_via_vllm_reaches_mindie_as_stop_sequence(gw, oracle, 
     got = await tgi_generate(gw, "vllm", oracle, stream=stream, prefix=MINDIE_PREFIX["vllm"], stop=STOP)
     assert got.finish == "stop_sequence", got
     assert got.text in (want.text, want.text.removesuffix("umps"))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_tgi_to_a_backend_with_no_model_gets_vllms_one_model(gw, oracle, stream):
+    # Neither the TGI client nor the backend's config names a model: the upstream body leaves
+    # the field out (not `"model": null`) and vLLM answers with the model it serves.
+    want = await oracle.ask("vllm", "text")
+    got = await tgi_generate(gw, "vllm", oracle, stream=stream, prefix="/tgi-anon")
+    assert (got.text, got.n) == (want.text, want.n)
 
 
 async def test_tgi_details_tokens_are_vllms_token_ids(gw, oracle):

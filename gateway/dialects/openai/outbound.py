@@ -70,8 +70,10 @@ def sampling_fields(task: Task, p: Params, wire: WireNames) -> dict[str, Any]:
 
 
 def request_body(req: Request, model: str | None, vllm: bool) -> dict[str, Any]:
-    """The OpenAI request body for a neutral request."""
-    body: dict[str, Any] = {"model": model}
+    """The OpenAI request body for a neutral request. With no model known (a TGI or MindIE
+    client, a backend with no `model:`), the field is left out, not sent as null: vLLM then
+    serves its one model, and a server that needs the field says so."""
+    body: dict[str, Any] = {} if model is None else {"model": model}
     if req.task is Task.CHAT:
         body["messages"] = [message_dict(m) for m in req.messages or ()]
     elif req.task is Task.COMPLETION:
@@ -132,7 +134,8 @@ class OpenAIOutbound:
         if out.same_wire and req.raw is not None:
             # Forward every field the client sent, known to us or not.
             body = dict(req.raw)
-            body["model"] = model
+            if model is not None:
+                body["model"] = model
             if req.stream:
                 body["stream_options"] = usage_options(body.get("stream_options"))
             rename = jsonutil.dumps(req.model) if req.model and model and req.model != model else None
