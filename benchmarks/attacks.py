@@ -49,12 +49,18 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+# A chat answer of 1 GiB of text, gzip-compressed to about 1 MiB.
+ANSWER_BOMB = gzip.compress(b'{"choices":[{"message":{"content":"' + b"a" * (1 << 30) + b'"}}]}', 9)
+
+
 class EvilBackend:
     """One aiohttp server, several bad behaviours told apart by the path prefix."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, dict[str, str]]] = []
         self.elsewhere_hits = 0
+        self.endless_bytes = 0  # what the endless answers wrote before the gateway cut them
+        self.cut = 0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -74,6 +80,25 @@ class EvilBackend:
             assert request.transport is not None
             request.transport.close()
             raise ConnectionResetError
+        if kind in ("endless", "endless-event"):
+            # An answer (or one stream event) that never ends, until the reader goes away.
+            stream = kind == "endless-event"
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream" if stream else "application/json"})
+            await resp.prepare(request)
+            await resp.write(
+                b'data: {"choices":[{"delta":{"content":"' if stream else b'{"choices":[{"message":{"content":"'
+            )
+            try:
+                while True:
+                    await resp.write(b"a" * 65536)
+                    self.endless_bytes += 65536
+            except (ConnectionError, asyncio.CancelledError):  # a lost connection's drain says ConnectionError
+                self.cut += 1
+                raise
+        if kind == "bomb":
+            return web.Response(
+                body=ANSWER_BOMB, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+            )
         resp = web.json_response(
             {
                 "id": "x",
@@ -93,17 +118,18 @@ class EvilBackend:
         return app
 
 
+EVIL = ("redirect", "echo", "reset", "cookie", "endless", "endless-event", "bomb")
+
+
 def config(evil: str, tok: str, sims: dict[str, str]) -> str:
     bad = "".join(
         f"  {k}: {{dialect: openai, url: '{evil}/{k}', headers: {{X-Backend-Secret: s3cr3t-value-{k}}}}}\n"
-        for k in ("redirect", "echo", "reset", "cookie")
+        for k in EVIL
     )
-    routes = "".join(
-        f"  - {{name: {k}, dialect: openai, backend: {k}, prefix: /{k}}}\n"
-        for k in ("redirect", "echo", "reset", "cookie")
-    )
+    routes = "".join(f"  - {{name: {k}, dialect: openai, backend: {k}, prefix: /{k}}}\n" for k in EVIL)
     return (
-        "limits: {client_header_timeout_s: 3, client_body_timeout_s: 5, max_concurrent_requests: 64}\n"
+        "limits: {client_header_timeout_s: 3, client_body_timeout_s: 5, max_concurrent_requests: 64,"
+        " max_answer_bytes: 16777216}\n"
         "backends:\n"
         f"  tgi: {{dialect: tgi, url: '{sims['tgi']}', tokenizer: '{tok}'}}\n"
         f"  oai: {{dialect: openai, url: '{sims['openai']}'}}\n"
@@ -308,6 +334,18 @@ async def main() -> int:
         after = sum(1 for p, _ in evil.seen if p.startswith("/reset"))
         return f"{status}; POSTs the backend received: {after - before}"
 
+    async def endless() -> str:
+        got = []
+        for kind, body in (("endless", chat), ("endless-event", {**chat, "stream": True}), ("bomb", chat)):
+            status, text = await post(url, f"/{kind}/v1/chat/completions", json={**body, "model": "m"})
+            got.append(f"{kind}: {status} {'limits.max_answer_bytes' in text}")
+        for _ in range(100):  # the backend sees its connection cut a moment after the gateway cuts it
+            if evil.cut == 2:
+                break
+            await asyncio.sleep(0.02)
+        mb = evil.endless_bytes / 2**20
+        return f"{'; '.join(got)} (limit named); the endless ones cut {evil.cut} of 2, after {mb:.0f} MiB"
+
     async def path_walk() -> str:
         a = await post(url, "/tri/v1/completions", json={"model": "..", "prompt": "x"})
         b = await post(url, "/serving-endpoints/./invocations", json=chat)
@@ -337,6 +375,7 @@ async def main() -> int:
         ("7. backend sets a cookie", cookie),
         ("8. backend echoes its credential in an error", echo),
         ("9. backend resets after reading the request", reset),
+        ("9b. backend answers without end, or with a 1 GiB gzip bomb (limit 16 MiB)", endless),
         ("10. model names that walk the backend's URL", path_walk),
         ("11. clients leaving mid-stream", leavers),
     ]:

@@ -75,7 +75,7 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
     groups: dict[tuple[str, str], RouteGroup] = {}
     for r in config.routes:
         b = backends[r.backend]
-        engine = ProxyEngine(b, tracing)
+        engine = ProxyEngine(b, config.limits.max_answer_bytes, tracing)
         route = Route(r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, engine)
         key = (r.dialect, r.prefix)
         groups.setdefault(key, RouteGroup(r.dialect, r.prefix, [], readiness.all_ready)).routes.append(route)

@@ -85,6 +85,9 @@ class Limits(_Strict):
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     # Request bodies held in memory at once, all clients together.
     max_buffered_body_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    # The most of one backend answer held at once: a whole answer's body (decoded), or what a
+    # stream sends without finishing an event. Large embedding batches are the big answers.
+    max_answer_bytes: int = Field(256 * 1024 * 1024, gt=0)
 
     @model_validator(mode="after")
     def _body_fits(self) -> "Limits":

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.codec.contract import HealthDocument
+from gateway.proxy.bodies import MAX_INFO_BODY, read_whole
 from gateway.proxy.routing import Backend
 
 PROBE_TIMEOUT_S = 2.0
@@ -54,11 +55,11 @@ class Readiness:
                 ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
                 allow_redirects=False,
             ) as resp:
-                body = await resp.read()
+                body = await read_whole(resp, MAX_INFO_BODY)
                 ready = 200 <= resp.status < 300
                 # A dialect whose health answer is a state document (Databricks) reads it itself.
                 if ready and isinstance(outbound, HealthDocument):
-                    ready = outbound.health_ok(body)
+                    ready = body is not None and outbound.health_ok(body)
                 return {"replica": replica, "path": path, "ready": ready, "status": resp.status}
         except TimeoutError:
             return {"replica": replica, "path": path, "ready": False, "error": f"timeout after {self.timeout_s:g}s"}

@@ -64,7 +64,7 @@ def engine(upstream: FakeUpstream, session: aiohttp.ClientSession, outbound: Any
     conf = cfg.Backend(dialect="openai", url=upstream.url)
     backend = build_backend("up", conf, d)
     backend.session = session
-    return ProxyEngine(backend)
+    return ProxyEngine(backend, cfg.Limits().max_answer_bytes)
 
 
 def plan(eng: ProxyEngine, req: Request) -> Plan:

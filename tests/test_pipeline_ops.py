@@ -8,7 +8,7 @@ from aiohttp import web
 from gateway import jsonutil
 from gateway.app import BACKENDS, create_app
 from gateway.codec.contract import Endpoint, PathValues
-from gateway.config import parse_config
+from gateway.config import Limits, parse_config
 from gateway.dialects.openai.inbound import RENDER, STREAM, OpenAIInbound
 from gateway.neutral import params as neutral_params
 from gateway.neutral.types import Message, Request, Task
@@ -143,7 +143,7 @@ def foreign_parse(body: bytes, path: PathValues) -> Request:
 async def foreign_gateway(aiohttp_client: Any, url: str, extensions: str = "none") -> Any:
     app = create_app(parse_config(one_route("openai", "openai", url, options={"extensions": extensions})))
     b = app[BACKENDS]["up"]
-    group = RouteGroup("foreign", "", [Route("f", "foreign", "", None, b, ProxyEngine(b))])
+    group = RouteGroup("foreign", "", [Route("f", "foreign", "", None, b, ProxyEngine(b, Limits().max_answer_bytes))])
     ep = Endpoint(foreign_parse, RENDER, STREAM)
 
     async def handle(request: web.Request) -> web.StreamResponse:

@@ -385,6 +385,30 @@ async def test_the_backends_kv_figure_reaches_the_picker_and_leaves_with_it(upst
     assert CACHE_INFO not in await picker_view(gw)
 
 
+async def test_a_metrics_page_that_comes_in_pieces_is_read_whole(upstream, make_gateway, monkeypatch):
+    # A real vLLM page is tens of kilobytes: it comes in several TCP segments, and the KV line
+    # may be in any of them.
+    monkeypatch.setattr(poolmember, "SCRAPE_INTERVAL_S", 0.05)
+    text = ("# a comment line to push the figure past the first segment\n" * 4000).encode()
+    text += (PAGES / "vllm.txt").read_bytes()
+
+    async def reply(request: web.Request, rec: Recorded) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        await resp.write(text[: len(text) // 2])
+        await asyncio.sleep(0.02)
+        await resp.write(text[len(text) // 2 :])
+        return resp
+
+    upstream.reply = reply
+    gw = await make_gateway(pool_config(upstream.url, options={"extensions": "vllm"}))
+
+    async def kv_shows() -> bool:
+        return series(await picker_view(gw), KV) == [({"model_name": MODEL}, 0.4375)]
+
+    await until(kv_shows, "the KV figure appears")
+
+
 # ---- several worker processes --------------------------------------------------------------------
 
 

@@ -37,6 +37,7 @@ from gateway.neutral.errors import (
 from gateway.neutral.events import Event
 from gateway.neutral.types import Answer, Request, Result
 from gateway.proxy import fanout
+from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY, YIELD_EVERY, read_prefix, read_whole
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
 from gateway.proxy.plan import NO_HEADERS, Plan, UpstreamTimes, make_plan
 from gateway.proxy.routing import Backend, shown_url
@@ -48,8 +49,6 @@ if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")
-MAX_ERROR_BODY = 64 * 1024
-MAX_INFO_BODY = 1024 * 1024  # a model list or a model's metadata
 # No client header reaches a backend but the request id and the Inference Extension's
 # (plan.POOL_HEADERS): credentials belong to each side, and MindIE steers its scheduler by
 # headers (req-id, req-type, d-target, is-recompute).
@@ -60,9 +59,18 @@ def _malformed(backend: Backend, what: str) -> UpstreamError:
     return UpstreamError(f"backend {backend.name!r} sent a malformed {what}", upstream_class=UpstreamClass.PROTOCOL)
 
 
+def _too_large(backend: Backend, limit: int, what: str, kind: UpstreamClass) -> UpstreamError:
+    return UpstreamError(
+        f"backend {backend.name!r} sent {what} larger than the gateway takes ({limit} bytes: limits.max_answer_bytes)",
+        upstream_class=kind,
+    )
+
+
 class ProxyEngine:
-    def __init__(self, backend: Backend, tracing: "Tracing | None" = None) -> None:
+    def __init__(self, backend: Backend, max_answer_bytes: int, tracing: "Tracing | None" = None) -> None:
         self.backend = backend
+        # The most of one answer held at once: a whole body, or a stream's unfinished event.
+        self._max_answer = max_answer_bytes
         self.codec = backend.dialect.outbound
         # Begins each upstream request's span; None with tracing off.
         self._trace = tracing.client(backend.name, backend.conf.dialect, backend.model) if tracing else None
@@ -195,7 +203,7 @@ class ProxyEngine:
         """The error a non-2xx answer is; its body is read (up to a limit) and the response released."""
         b = self.backend
         try:
-            body = await resp.content.read(MAX_ERROR_BODY)
+            body = await read_prefix(resp, MAX_ERROR_BODY)  # read for its message: a longer one is cut
         except (TimeoutError, aiohttp.ClientError):
             body = b""
         finally:
@@ -230,7 +238,9 @@ class ProxyEngine:
                     ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
                     allow_redirects=False,
                 ) as resp:
-                    body = await resp.content.read(MAX_INFO_BODY)
+                    body = await read_whole(resp, MAX_INFO_BODY)
+                    if body is None:
+                        raise UpstreamError(f"backend {b.name!r} answered {path} with more than {MAX_INFO_BODY} bytes")
                     kind = resp.headers.get("Content-Type", "application/json")
                     return Reply(resp.status, REDACT(body.decode("utf-8", "replace")).encode(), kind)
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
@@ -262,7 +272,7 @@ class ProxyEngine:
         try:
             resp = await self._send(call, plan.request_id, _configured(plan, part), trace)
             try:
-                body = await resp.read()
+                body = await read_whole(resp, self._max_answer)
             except (TimeoutError, aiohttp.ServerTimeoutError):
                 raise UpstreamTimeout(
                     f"backend {self.backend.name!r} did not answer within {self.backend.conf.timeout_s:g}s"
@@ -276,6 +286,8 @@ class ProxyEngine:
                 resp.release()
         finally:
             times.ended(span, time.perf_counter())
+        if body is None:
+            raise _too_large(self.backend, self._max_answer, "an answer", UpstreamClass.PROTOCOL)
         try:
             result = self.codec.parse_result(call, body, resp.headers)
         except GatewayError:
@@ -319,7 +331,9 @@ class ProxyEngine:
         except BaseException:
             times.ended(span, time.perf_counter())
             raise
-        stream: EventStream = _ProxyStream(self.backend, resp, self.codec.stream_parser(call), times, span)
+        stream: EventStream = _ProxyStream(
+            self.backend, resp, self.codec.stream_parser(call), times, span, self._max_answer
+        )
         if plan.stops:
             # Ending early closes the proxy stream, which cuts the connection and so the generation.
             stream = StopStream(stream, plan.stops, plan.include_stop, n=part.params.choices)
@@ -345,22 +359,32 @@ def _with_body(result: Answer, body: bytes) -> Answer:
 
 
 class _ProxyStream:
-    __slots__ = ("_backend", "_done", "_parser", "_resp", "_span", "_times")
+    __slots__ = ("_backend", "_done", "_limit", "_parser", "_resp", "_span", "_times")
 
     def __init__(
-        self, backend: Backend, resp: aiohttp.ClientResponse, parser: StreamParser, times: UpstreamTimes, span: int
+        self,
+        backend: Backend,
+        resp: aiohttp.ClientResponse,
+        parser: StreamParser,
+        times: UpstreamTimes,
+        span: int,
+        limit: int,
     ) -> None:
         self._backend = backend
         self._resp = resp
         self._parser = parser
         self._times = times
         self._span = span
+        self._limit = limit
         self._done = False
 
     async def next(self) -> list[Event] | None:
         if self._done:
             return None
         content = self._resp.content
+        # Bytes read since the last event: what the parser may be holding of an unfinished one.
+        # (An event ends in the read that returns it, so at most that read's tail is carried over.)
+        held = 0
         try:
             while True:
                 chunk = await content.readany()
@@ -371,6 +395,11 @@ class _ProxyStream:
                 events = self._parser.feed(chunk)
                 if events:
                     return events
+                held += len(chunk)
+                if held > self._limit:
+                    raise _too_large(self._backend, self._limit, "a stream event", UpstreamClass.MIDSTREAM)
+                if held // YIELD_EVERY != (held - len(chunk)) // YIELD_EVERY:
+                    await asyncio.sleep(0)  # a long event already all there would hold the loop
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise UpstreamTimeout(
                 f"backend {self._backend.name!r} sent nothing for {self._backend.conf.timeout_s:g}s",

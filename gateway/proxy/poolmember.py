@@ -23,6 +23,7 @@ from yarl import URL
 
 from gateway.config import Config
 from gateway.modelserver import CacheCollector, KvCache
+from gateway.proxy.bodies import read_prefix
 from gateway.proxy.routing import Backend, shown_url
 from gateway.records import record
 
@@ -239,7 +240,7 @@ class Scraper:
             ) as resp:
                 if resp.status != 200:
                     return None, f"{shown_url(url)} answered {resp.status}"
-                body = await resp.content.read(MAX_PAGE_BYTES)
+                body = await read_prefix(resp, MAX_PAGE_BYTES)  # the whole page, not its first segment
         except (TimeoutError, aiohttp.ClientError) as e:
             return None, f"{shown_url(url)} did not answer ({type(e).__name__})"
         reading = read_page(self.kind, body.decode("utf-8", "replace"))
