@@ -130,6 +130,7 @@ def config(evil: str, tok: str, sims: dict[str, str]) -> str:
     return (
         "limits: {client_header_timeout_s: 3, client_body_timeout_s: 5, max_concurrent_requests: 64,"
         " max_answer_bytes: 16777216}\n"
+        "shutdown: {drain_delay_s: 0}\n"
         "backends:\n"
         f"  tgi: {{dialect: tgi, url: '{sims['tgi']}', tokenizer: '{tok}'}}\n"
         f"  oai: {{dialect: openai, url: '{sims['openai']}'}}\n"
@@ -383,14 +384,15 @@ async def main() -> int:
 
     async with aiohttp.ClientSession() as s, s.get(url + "/readyz") as r:
         ready = await r.text()
-    print(f"13. /readyz shows backend addresses: {f'127.0.0.1:{evil_port}' in ready}")
-    proc.send_signal(signal.SIGHUP)
+    print(f"12. /readyz shows backend addresses: {f'127.0.0.1:{evil_port}' in ready}")
+    # SIGTERM, as an orchestrator stops it (SIGHUP would reload the config): a drain, then exit.
+    proc.send_signal(signal.SIGTERM)
     code = proc.wait(30)
     reader.join(5)
     log = "".join(log_lines)
     errors = [ln for ln in log.splitlines() if re.search(r" (ERROR|CRITICAL) ", ln)]
     tracebacks = log.count("Traceback")
-    print(f"12. SIGHUP: exit code {code}; ERROR lines in the gateway's log: {len(errors)}; tracebacks: {tracebacks}")
+    print(f"13. SIGTERM: exit code {code}; ERROR lines in the gateway's log: {len(errors)}; tracebacks: {tracebacks}")
     for ln in errors[:5]:
         print("    " + ln)
     await runner.cleanup()

@@ -103,6 +103,19 @@ async def test_non_json_200_is_502(upstream, make_gateway):
 
 
 @pytest.mark.parametrize(
+    "headers", [{"X-Big": "a" * 20000}, {f"X-H{i}": "v" for i in range(200)}], ids=["long", "many"]
+)
+async def test_an_answer_head_that_cannot_be_read_is_a_protocol_502(upstream, make_gateway, headers):
+    upstream.reply = json_reply({"x": 1}, headers=headers)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url, retries=2))
+    err = await error_of(await gw.post("/v1/chat/completions", json=CHAT), 502)
+    assert err["message"] == "backend 'up' sent an answer whose head could not be read as HTTP"
+    assert len(upstream.requests) == 1  # it had the request: not sent again
+    metrics = await (await gw.get("/metrics")).text()
+    assert 'gateway_upstream_errors_total{backend="up",error="protocol",route="r"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
     ("status", "fixture", "etype"),
     [
         (400, "error_invalid_request.json", "invalid_request_error"),

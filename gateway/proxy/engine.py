@@ -170,6 +170,16 @@ class ProxyEngine:
                     log.warning("backend %s: replica %d sent no answer in time; trying another", b.name, i)
                     continue
                 raise failure from None
+            except aiohttp.ClientResponseError as e:
+                # The backend answered in HTTP the client cannot read (a header line too long, too
+                # many headers): it has the request, so it is not sent again. The parser's words
+                # are for the log only; they may quote the answer.
+                log.warning("backend %s: replica %d (%s) sent an unreadable answer: %s", b.name, i, shown_url(url), e)
+                b.health.failed(i)
+                raise UpstreamError(
+                    f"backend {b.name!r} sent an answer whose head could not be read as HTTP",
+                    upstream_class=UpstreamClass.PROTOCOL,
+                ) from None
             except aiohttp.ClientError as e:
                 # The request may have reached the backend (a reset after it was written): sent
                 # again, it could start a second generation, so it is resent only where the
