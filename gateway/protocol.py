@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
@@ -153,6 +154,27 @@ class GuardedHandler(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request the parser could not read gets the JSON error the header deadline and cap
+        give (its path, and so its dialect, may be unknown), not aiohttp's text page; the reason
+        is aiohttp's, cut before the request bytes it quotes."""
+        if not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        reason = (message or exc.message or "").split("\n", 1)[0].split(": ", 1)[0].rstrip(": ")
+        # Scanners and TLS sent to the plain port open with a bad method: as aiohttp, not worth INFO.
+        level = logging.DEBUG if isinstance(exc, BadHttpMethod) and self._request_count == 1 else logging.INFO
+        log.log(level, "refusing a request that is not valid HTTP/1.1: %s (%d)", reason or "unreadable", status)
+        body = jsonutil.dumps({"error": f"the request is not valid HTTP/1.1: {reason or 'unreadable'}"})
+        resp = web.Response(status=status, body=body, content_type="application/json")
+        resp.force_close()
+        return resp
 
 
 class GuardedServer(Server):

@@ -242,11 +242,21 @@ async def test_malformed_requests_are_answered_and_logged_without_a_traceback(up
             b"GET / HTTP/1.1\r\nHost: x\r\nthis line has no colon\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
             b"GET /\x00 HTTP/1.1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+            b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"BREW / HTTP/1.1\r\nHost: x\r\n\r\n",
         ):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(garbage)
             got = await read_all(reader)
-            assert got.split(b"\r\n")[0].endswith(b" 400 Bad Request"), garbage
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert head.split(b"\r\n")[0].endswith(b" 400 Bad Request"), garbage
+            # The same JSON shape as the header deadline's 408 and the cap's 431; the connection
+            # closes after it (read_all read to the end).
+            assert b"Content-Type: application/json" in head, head
+            error = jsonutil.loads(body)["error"]
+            assert error.startswith("the request is not valid HTTP/1.1: ") and "\\x00" not in error, error
             writer.close()
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert not any(r.exc_info for r in caplog.records if r.name.startswith("aiohttp"))
