@@ -167,11 +167,11 @@ class GuardedHandler(RequestHandler):
         is aiohttp's, cut before the request bytes it quotes."""
         if not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
-        reason = (message or exc.message or "").split("\n", 1)[0].split(": ", 1)[0].rstrip(": ")
+        reason = (message or exc.message or "").split("\n", 1)[0].split(": ", 1)[0].rstrip(": ") or "unreadable"
         # Scanners and TLS sent to the plain port open with a bad method: as aiohttp, not worth INFO.
         level = logging.DEBUG if isinstance(exc, BadHttpMethod) and self._request_count == 1 else logging.INFO
-        log.log(level, "refusing a request that is not valid HTTP/1.1: %s (%d)", reason or "unreadable", status)
-        body = jsonutil.dumps({"error": f"the request is not valid HTTP/1.1: {reason or 'unreadable'}"})
+        log.log(level, "refusing a request that is not valid HTTP/1.1: %s (%d)", reason, status)
+        body = jsonutil.dumps({"error": f"the request is not valid HTTP/1.1: {reason}"})
         resp = web.Response(status=status, body=body, content_type="application/json")
         resp.force_close()
         return resp

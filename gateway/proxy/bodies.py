@@ -25,27 +25,26 @@ async def read_whole(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
     if length is not None and "Content-Encoding" not in resp.headers:
         # The parser holds the body to its Content-Length.
         return await resp.read() if length <= limit else None
-    content = resp.content
-    chunks: list[bytes] = []
-    size = 0
-    turn = YIELD_EVERY
-    while chunk := await content.readany():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if size >= turn:
-            turn += YIELD_EVERY
-            await asyncio.sleep(0)
-    return b"".join(chunks)
+    chunks, size = await _chunks(resp.content, limit + 1)
+    return None if size > limit else b"".join(chunks)
 
 
 async def read_prefix(resp: aiohttp.ClientResponse, n: int) -> bytes:
     """The body's first `n` bytes (all of it, when shorter), waited for as they come."""
-    content = resp.content
+    chunks, _ = await _chunks(resp.content, n)
+    return b"".join(chunks)[:n]
+
+
+async def _chunks(content: aiohttp.StreamReader, n: int) -> tuple[list[bytes], int]:
+    """The body's chunks as they come, until the end or until they hold `n` bytes or more, and
+    how many bytes they hold."""
     chunks: list[bytes] = []
     size = 0
+    turn = YIELD_EVERY
     while size < n and (chunk := await content.readany()):
         chunks.append(chunk)
         size += len(chunk)
-    return b"".join(chunks)[:n]
+        if size >= turn:
+            turn += YIELD_EVERY
+            await asyncio.sleep(0)
+    return chunks, size

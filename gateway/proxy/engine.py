@@ -23,7 +23,7 @@ from gateway import jsonutil
 from gateway.adapters import tokenizer_for
 from gateway.adapters.stops import StopStream, apply_stops
 from gateway.adapters.token_ids import TokenIdStream, fill_token_ids
-from gateway.codec.contract import EventStream, Outgoing, Reply, StreamParser, UpstreamCall
+from gateway.codec.contract import EventStream, Outgoing, Reply, UpstreamCall
 from gateway.neutral.errors import (
     GatewayError,
     InvalidRequest,
@@ -34,12 +34,12 @@ from gateway.neutral.errors import (
     UpstreamTimeout,
     upstream_status_error,
 )
-from gateway.neutral.events import Event
 from gateway.neutral.types import Answer, Request, Result
 from gateway.proxy import fanout
-from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY, YIELD_EVERY, read_prefix, read_whole
+from gateway.proxy.answers import READ_FAULTS, AnswerStream, malformed, too_large
+from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY, read_prefix, read_whole
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
-from gateway.proxy.plan import NO_HEADERS, Plan, UpstreamTimes, make_plan
+from gateway.proxy.plan import NO_HEADERS, Plan, make_plan
 from gateway.proxy.routing import Backend, shown_url
 from gateway.redact import REDACT
 
@@ -49,21 +49,6 @@ if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")
-# No client header reaches a backend but the request id and the Inference Extension's
-# (plan.POOL_HEADERS): credentials belong to each side, and MindIE steers its scheduler by
-# headers (req-id, req-type, d-target, is-recompute).
-READ_FAULTS = (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError)
-
-
-def _malformed(backend: Backend, what: str) -> UpstreamError:
-    return UpstreamError(f"backend {backend.name!r} sent a malformed {what}", upstream_class=UpstreamClass.PROTOCOL)
-
-
-def _too_large(backend: Backend, limit: int, what: str, kind: UpstreamClass) -> UpstreamError:
-    return UpstreamError(
-        f"backend {backend.name!r} sent {what} larger than the gateway takes ({limit} bytes: limits.max_answer_bytes)",
-        upstream_class=kind,
-    )
 
 
 class ProxyEngine:
@@ -124,6 +109,9 @@ class ProxyEngine:
         `trace`: the request's span, whose context the backend gets and which sees each attempt."""
         b = self.backend
         conf = b.conf
+        # No client header reaches a backend but the request id and the Inference Extension's
+        # (plan.POOL_HEADERS, in call.headers): credentials belong to each side, and MindIE
+        # steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
         headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
         if call.body is not None:
             headers.setdefault("Content-Type", "application/json")
@@ -297,13 +285,13 @@ class ProxyEngine:
         finally:
             times.ended(span, time.perf_counter())
         if body is None:
-            raise _too_large(self.backend, self._max_answer, "an answer", UpstreamClass.PROTOCOL)
+            raise too_large(self.backend, self._max_answer, "an answer", UpstreamClass.PROTOCOL)
         try:
             result = self.codec.parse_result(call, body, resp.headers)
         except GatewayError:
             raise
         except READ_FAULTS:
-            raise _malformed(self.backend, "response") from None
+            raise malformed(self.backend, "response") from None
         if call.passthrough and result.passthrough is None:
             result = _with_body(result, body)
         if plan.stops and isinstance(result, Result):
@@ -341,7 +329,7 @@ class ProxyEngine:
         except BaseException:
             times.ended(span, time.perf_counter())
             raise
-        stream: EventStream = _ProxyStream(
+        stream: EventStream = AnswerStream(
             self.backend, resp, self.codec.stream_parser(call), times, span, self._max_answer
         )
         if plan.stops:
@@ -366,71 +354,3 @@ def _configured(plan: Plan, part: Request) -> bool:
 def _with_body(result: Answer, body: bytes) -> Answer:
     """The answer, with the upstream body the client may take as it is."""
     return replace(result, passthrough=body)
-
-
-class _ProxyStream:
-    __slots__ = ("_backend", "_done", "_limit", "_parser", "_resp", "_span", "_times")
-
-    def __init__(
-        self,
-        backend: Backend,
-        resp: aiohttp.ClientResponse,
-        parser: StreamParser,
-        times: UpstreamTimes,
-        span: int,
-        limit: int,
-    ) -> None:
-        self._backend = backend
-        self._resp = resp
-        self._parser = parser
-        self._times = times
-        self._span = span
-        self._limit = limit
-        self._done = False
-
-    async def next(self) -> list[Event] | None:
-        if self._done:
-            return None
-        content = self._resp.content
-        # Bytes read since the last event: what the parser may be holding of an unfinished one.
-        # (An event ends in the read that returns it, so at most that read's tail is carried over.)
-        held = 0
-        try:
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    self._done = True
-                    self._times.ended(self._span, time.perf_counter())
-                    return self._parser.close() or None
-                events = self._parser.feed(chunk)
-                if events:
-                    return events
-                held += len(chunk)
-                if held > self._limit:
-                    raise _too_large(self._backend, self._limit, "a stream event", UpstreamClass.MIDSTREAM)
-                if held // YIELD_EVERY != (held - len(chunk)) // YIELD_EVERY:
-                    await asyncio.sleep(0)  # a long event already all there would hold the loop
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(
-                f"backend {self._backend.name!r} sent nothing for {self._backend.conf.timeout_s:g}s",
-                upstream_class=UpstreamClass.MIDSTREAM,
-            ) from None
-        except aiohttp.ClientError:
-            raise UpstreamError(
-                f"backend {self._backend.name!r} broke off the stream", upstream_class=UpstreamClass.MIDSTREAM
-            ) from None
-        except GatewayError:
-            raise
-        except READ_FAULTS:
-            raise UpstreamError(
-                f"backend {self._backend.name!r} sent a malformed stream event", upstream_class=UpstreamClass.MIDSTREAM
-            ) from None
-
-    async def aclose(self) -> None:
-        self._times.ended(self._span, time.perf_counter())
-        if self._done:
-            self._resp.release()
-            return
-        self._done = True
-        # close(), not release(): an unfinished upstream stream must be cut, so the backend stops.
-        self._resp.close()
