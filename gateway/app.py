@@ -1,7 +1,7 @@
 """`create_app(config)`: backends, routes, mounted dialects, ops endpoints and lifetimes.
 
-Each backend has its own pooled ClientSession; the sessions and the in-process simulated
-backends live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
+Each backend has its own pool of connections; the pools and the in-process simulated backends
+live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
 
 A serving process may run several apps one after another, one per configuration it loads
 (gateway.lifecycle): those share one `Metrics`, and what belongs to the process rather than to a
@@ -93,11 +93,11 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
         app.cleanup_ctx.append(_metrics_listener(config, _metrics_handler(metrics)))
 
     if tracing is not None:
-        app.cleanup_ctx.append(_traces(tracing))  # stopped after the backends' sessions
+        app.cleanup_ctx.append(_traces(tracing))  # stopped after the backends' connections
     simulated = [b for b in backends.values() if b.conf.simulate]
     if simulated:
         app.cleanup_ctx.append(_simulated_backends(simulated))
-    app.cleanup_ctx.append(_client_sessions(list(backends.values())))
+    app.cleanup_ctx.append(_client_pools(list(backends.values())))
     if pool_member:
         app.cleanup_ctx.append(poolmember.scraping(list(backends.values()), names, gauges.cache))
     if own_metrics:
@@ -208,14 +208,14 @@ def _preload_tokenizers(backends: list[Backend]):  # type: ignore[no-untyped-def
     return load
 
 
-def _client_sessions(backends: list[Backend]):  # type: ignore[no-untyped-def]
+def _client_pools(backends: list[Backend]):  # type: ignore[no-untyped-def]
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         for b in backends:
-            b.open_session()
+            b.open_pool()
         yield
         for b in backends:
             await b.client().close()
-            b.session = None
+            b.pool = None
 
     return ctx
 

@@ -17,6 +17,11 @@ from gateway.dialects import registry
 DialectName = Literal["openai", "mindie", "tgi", "triton", "databricks"]
 
 
+# HTTP's token (a header name), and what must never be inside a header value.
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_BREAK = re.compile(r"[\r\n\x00]")
+
+
 class ConfigError(Exception):
     """A config problem; `lines` are `key.path: problem` messages, one per problem."""
 
@@ -173,6 +178,16 @@ class Backend(_Strict):
     # (unset: where the dialect's servers usually have them, if they have a KV figure at all).
     metrics_url: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _TOKEN.match(name):
+                raise ValueError(f"not a header name: {name!r}")
+            if _BREAK.search(value):
+                raise ValueError(f"the value of header {name!r} holds a line break or a NUL")
+        return v
 
     @field_validator("metrics_url")
     @classmethod

@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from gateway import jsonutil
 from gateway.codec.contract import HealthDocument
-from gateway.proxy.bodies import MAX_INFO_BODY, read_whole
+from gateway.proxy.bodies import MAX_INFO_BODY
 from gateway.proxy.routing import Backend
+from gateway.upstream import Fault, Target
 
 PROBE_TIMEOUT_S = 2.0
 CACHE_S = 2.0
@@ -46,24 +46,24 @@ class Readiness:
         url = b.urls[replica]
         outbound = b.dialect.outbound
         path = outbound.health_path(b.view)
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         try:
-            async with b.client().get(
-                url + path,
-                headers=b.headers,
-                timeout=timeout,
-                ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
-                allow_redirects=False,
-            ) as resp:
-                body = await read_whole(resp, MAX_INFO_BODY)
-                ready = 200 <= resp.status < 300
-                # A dialect whose health answer is a state document (Databricks) reads it itself.
-                if ready and isinstance(outbound, HealthDocument):
-                    ready = body is not None and outbound.health_ok(body)
-                return {"replica": replica, "path": path, "ready": ready, "status": resp.status}
+            # The probe's whole exchange, connection included, within timeout_s.
+            async with asyncio.timeout(self.timeout_s):
+                resp = await b.client().request(
+                    Target.of(url + path), "GET", b.headers, None, connect_timeout=None, timeout=None
+                )
+                try:
+                    body = await resp.read(MAX_INFO_BODY)
+                finally:
+                    resp.release()
+            ready = 200 <= resp.status < 300
+            # A dialect whose health answer is a state document (Databricks) reads it itself.
+            if ready and isinstance(outbound, HealthDocument):
+                ready = body is not None and outbound.health_ok(body)
+            return {"replica": replica, "path": path, "ready": ready, "status": resp.status}
         except TimeoutError:
             return {"replica": replica, "path": path, "ready": False, "error": f"timeout after {self.timeout_s:g}s"}
-        except aiohttp.ClientError as e:
+        except Fault as e:
             return {"replica": replica, "path": path, "ready": False, "error": type(e).__name__}
 
     async def _backend(self, b: Backend) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import asyncio
 import time
 from typing import Protocol
 
-import aiohttp
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
@@ -24,6 +23,7 @@ from gateway.neutral.errors import GatewayError, UpstreamError
 from gateway.neutral.events import TOKENS, Event, FinishEvent, UsageEvent
 from gateway.neutral.finish import OPENAI
 from gateway.neutral.types import Answer, Finish, Request, Result, Task, Usage
+from gateway.upstream import Target
 
 Attributes = dict[str, AttributeValue]
 FIRST_TOKEN = "gen_ai.first_token"
@@ -209,19 +209,17 @@ class ClientTrace(_Trace):
             attrs["error.type"] = error_type(failure)
         self.span.add_event(RETRY, attrs)
 
-    def replied(self, replica: int, attempt: int, resp: aiohttp.ClientResponse) -> None:
+    def replied(self, replica: int, attempt: int, method: str, target: Target, status: int) -> None:
         """A replica answered (any status): which one, where, and what it said."""
         if not self.span.is_recording():
             return
         attrs: Attributes = {
-            "http.request.method": resp.method,
-            "http.response.status_code": resp.status,
+            "http.request.method": method,
+            "http.response.status_code": status,
             "gateway.replica": replica,
+            "server.address": target.host,
+            "server.port": target.port,
         }
-        if resp.url.host:
-            attrs["server.address"] = resp.url.host
-        if resp.url.port is not None:
-            attrs["server.port"] = resp.url.port
         if attempt:
             attrs["http.request.resend_count"] = attempt
         self.span.set_attributes(attrs)

@@ -10,7 +10,6 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from gateway import config as cfg
@@ -25,6 +24,7 @@ from gateway.neutral.types import Finish, Message, Request, Result, Task
 from gateway.proxy.engine import ProxyEngine
 from gateway.proxy.plan import Plan
 from gateway.proxy.routing import build_backend
+from gateway.upstream import Pool
 from tests.support import FakeUpstream, json_reply, sse_reply
 
 
@@ -51,19 +51,19 @@ class NoStopOutbound:
 
 
 @pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    s = aiohttp.ClientSession()
+async def session() -> AsyncIterator[Pool]:
+    s = Pool(16)
     yield s
     await s.close()
 
 
-def engine(upstream: FakeUpstream, session: aiohttp.ClientSession, outbound: Any = None) -> ProxyEngine:
+def engine(upstream: FakeUpstream, session: Pool, outbound: Any = None) -> ProxyEngine:
     d = get_dialect("openai")
     if outbound is not None:
         d = dataclasses.replace(d, outbound=outbound)
     conf = cfg.Backend(dialect="openai", url=upstream.url)
     backend = build_backend("up", conf, d)
-    backend.session = session
+    backend.pool = session
     return ProxyEngine(backend, cfg.Limits().max_answer_bytes)
 
 

@@ -195,7 +195,7 @@ async def test_connection_refused(make_gateway, r):
     gw = await make_gateway(config(r, closed_port_url()))
     for _ in range(2):
         msg = await expect_error(gw, r, "connect")
-        assert msg == "backend 'up' is unreachable (ClientConnectorError)"
+        assert msg == "backend 'up' is unreachable (ConnectFailed)"
     assert (await gw.get("/metrics")).status == 200
 
 

@@ -83,7 +83,7 @@ async def test_readyz_names_the_backend_that_is_down(make_gateway, upstream, unu
             "replica": 0,
             "path": "/v1/models",
             "ready": False,
-            "error": "ClientConnectorError",
+            "error": "ConnectFailed",
             # One failed probe counts as one failure; three in a row take the replica out.
             "ejected": False,
             "failures_in_a_row": 1,

@@ -5,8 +5,6 @@ event, within the answer bound (`limits.max_answer_bytes`), ended or cut when it
 import asyncio
 import time
 
-import aiohttp
-
 from gateway import jsonutil
 from gateway.codec.contract import StreamParser
 from gateway.neutral.errors import GatewayError, UpstreamClass, UpstreamError, UpstreamTimeout
@@ -14,6 +12,7 @@ from gateway.neutral.events import Event
 from gateway.proxy.bodies import YIELD_EVERY
 from gateway.proxy.plan import UpstreamTimes
 from gateway.proxy.routing import Backend
+from gateway.upstream import Answer, Fault
 
 # What a codec raises on an answer that is not what its dialect says.
 READ_FAULTS = (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -39,7 +38,7 @@ class AnswerStream:
     def __init__(
         self,
         backend: Backend,
-        resp: aiohttp.ClientResponse,
+        resp: Answer,
         parser: StreamParser,
         times: UpstreamTimes,
         span: int,
@@ -56,13 +55,13 @@ class AnswerStream:
     async def next(self) -> list[Event] | None:
         if self._done:
             return None
-        content = self._resp.content
+        resp = self._resp
         # Bytes read since the last event: what the parser may be holding of an unfinished one.
         # (An event ends in the read that returns it, so at most that read's tail is carried over.)
         held = 0
         try:
             while True:
-                chunk = await content.readany()
+                chunk = await resp.chunk()
                 if not chunk:
                     self._done = True
                     self._times.ended(self._span, time.perf_counter())
@@ -75,12 +74,12 @@ class AnswerStream:
                     raise too_large(self._backend, self._limit, "a stream event", UpstreamClass.MIDSTREAM)
                 if held // YIELD_EVERY != (held - len(chunk)) // YIELD_EVERY:
                     await asyncio.sleep(0)  # a long event already all there would hold the loop
-        except (TimeoutError, aiohttp.ServerTimeoutError):
+        except TimeoutError:
             raise UpstreamTimeout(
                 f"backend {self._backend.name!r} sent nothing for {self._backend.conf.timeout_s:g}s",
                 upstream_class=UpstreamClass.MIDSTREAM,
             ) from None
-        except aiohttp.ClientError:
+        except Fault:
             raise UpstreamError(
                 f"backend {self._backend.name!r} broke off the stream", upstream_class=UpstreamClass.MIDSTREAM
             ) from None

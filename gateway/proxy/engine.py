@@ -16,9 +16,6 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
-import aiohttp
-from yarl import URL
-
 from gateway import jsonutil
 from gateway.adapters import tokenizer_for
 from gateway.adapters.stops import StopStream, apply_stops
@@ -37,11 +34,13 @@ from gateway.neutral.errors import (
 from gateway.neutral.types import Answer, Request, Result
 from gateway.proxy import fanout
 from gateway.proxy.answers import READ_FAULTS, AnswerStream, malformed, too_large
-from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY, read_prefix, read_whole
+from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY, YIELD_EVERY
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
 from gateway.proxy.plan import NO_HEADERS, Plan, make_plan
 from gateway.proxy.routing import Backend, shown_url
 from gateway.redact import REDACT
+from gateway.upstream import Answer as Upstream
+from gateway.upstream import BadAnswer, ConnectFailed, ConnectTimeout, Fault, Target, Unsendable
 
 if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
     from gateway.spans import ClientTrace
@@ -59,28 +58,22 @@ class ProxyEngine:
         self.codec = backend.dialect.outbound
         # Begins each upstream request's span; None with tracing off.
         self._trace = tracing.client(backend.name, backend.conf.dialect, backend.model) if tracing else None
-        conf = backend.conf
-        # A stream may run for long; what must not run long is the wait for its next chunk.
-        self._stream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=conf.connect_timeout_s, sock_read=conf.timeout_s
-        )
-        self._whole_timeout = aiohttp.ClientTimeout(total=conf.timeout_s, sock_connect=conf.connect_timeout_s)
-        self._urls: dict[str, URL] = {}
+        self._targets: dict[str, Target] = {}
 
     def plan(
         self, req: Request, request_id: str, body_bytes: int, max_fanout: int, headers: Mapping[str, str] = NO_HEADERS
     ) -> Plan:
         return make_plan(self.codec, self.backend.view, req, request_id, body_bytes, max_fanout, headers)
 
-    def _url(self, base: str, path: str) -> URL:
-        """Parsed once per replica and path: yarl's parse is a measurable part of a request."""
+    def _target(self, base: str, path: str) -> Target:
+        """Parsed once per replica and path: parsing a URL is a measurable part of a request."""
         key = base + path
-        url = self._urls.get(key)
-        if url is None:
-            if len(self._urls) > 1024:  # paths carry model names; keep the cache bounded
-                self._urls.clear()
-            url = self._urls[key] = URL(key)
-        return url
+        target = self._targets.get(key)
+        if target is None:
+            if len(self._targets) > 1024:  # paths carry model names; keep the cache bounded
+                self._targets.clear()
+            target = self._targets[key] = Target.of(key)
+        return target
 
     async def _call(self, plan: Plan, part: Request) -> UpstreamCall:
         """The upstream call for one part. A large request may mean a long chat-template render
@@ -103,7 +96,7 @@ class ProxyEngine:
 
     async def _send(
         self, call: UpstreamCall, request_id: str, configured: bool, trace: "ClientTrace | None" = None
-    ) -> aiohttp.ClientResponse:
+    ) -> Upstream:
         """Send the call; an UpstreamError for any answer but a 2xx. `configured`: the model
         asked for is the one the backend's config names, so a 404 is the operator's mistake.
         `trace`: the request's span, whose context the backend gets and which sees each attempt."""
@@ -112,16 +105,19 @@ class ProxyEngine:
         # No client header reaches a backend but the request id and the Inference Extension's
         # (plan.POOL_HEADERS, in call.headers): credentials belong to each side, and MindIE
         # steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
-        headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
-        if call.body is not None:
-            headers.setdefault("Content-Type", "application/json")
+        headers = (
+            {**b.headers, **call.headers, "X-Request-Id": request_id}
+            if call.headers
+            else b.headers | {"X-Request-Id": request_id}
+        )
+        if call.body is not None and "Content-Type" not in headers:
+            headers["Content-Type"] = "application/json"
         if trace is not None:
             trace.inject(headers)
-        timeout = self._stream_timeout if call.stream else self._whole_timeout
-        # Unset, the wait for the headers is bounded by aiohttp's own timeouts: the whole
-        # answer's (timeout_s), or for a stream the read timeout (also timeout_s).
+        # A whole answer must be all there within timeout_s; a stream may run for long, but no
+        # wait for its next piece may. Unset, the wait for the head is bounded by the same.
         first_byte = conf.first_byte_timeout_s
-        session = b.client()
+        pool = b.client()
         order = b.replicas()
         attempts = min(len(order), conf.retries + 1)
         failure: UpstreamError | None = None
@@ -131,34 +127,35 @@ class ProxyEngine:
                     trace.retry(n, order[n - 1], failure)
                 await asyncio.sleep(conf.retry_backoff_s * 2 ** (n - 1) * random.uniform(0.5, 1.5))
             url = b.urls[i]
+            target = self._target(url, call.path)
             try:
-                sent = session.request(
+                sent = pool.request(
+                    target,
                     call.method,
-                    self._url(url, call.path),
-                    data=call.body,
-                    headers=headers,
-                    timeout=timeout,
-                    ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
-                    allow_redirects=False,
+                    headers,
+                    call.body,
+                    connect_timeout=conf.connect_timeout_s,
+                    timeout=conf.timeout_s,
+                    gap=call.stream,
                 )
                 resp = await (sent if first_byte is None else _within(first_byte, sent))
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+            except (ConnectFailed, ConnectTimeout) as e:
                 # No connection, so not a byte of the request left: the next replica may take it.
                 # A refused connection is no fluke: that replica is left out at once.
                 log.warning("backend %s: cannot connect to replica %d (%s): %s", b.name, i, shown_url(url), e)
-                b.health.failed(i, at_once=isinstance(e, aiohttp.ClientConnectorError))
+                b.health.failed(i, at_once=isinstance(e, ConnectFailed))
                 failure = UpstreamConnectError(
                     f"backend {b.name!r} is unreachable ({type(e).__name__})", kind=Kind.UNAVAILABLE
                 )
                 continue
-            except (TimeoutError, aiohttp.ServerTimeoutError):
+            except TimeoutError:
                 b.health.failed(i)
                 failure = UpstreamTimeout(f"backend {b.name!r} did not answer within {first_byte or conf.timeout_s:g}s")
                 if conf.retry_on_timeout:
                     log.warning("backend %s: replica %d sent no answer in time; trying another", b.name, i)
                     continue
                 raise failure from None
-            except aiohttp.ClientResponseError as e:
+            except BadAnswer as e:
                 # The backend answered in HTTP the client cannot read (a header line too long, too
                 # many headers): it has the request, so it is not sent again. The parser's words
                 # are for the log only; they may quote the answer.
@@ -168,7 +165,9 @@ class ProxyEngine:
                     f"backend {b.name!r} sent an answer whose head could not be read as HTTP",
                     upstream_class=UpstreamClass.PROTOCOL,
                 ) from None
-            except aiohttp.ClientError as e:
+            except Unsendable as e:
+                raise UpstreamError(f"backend {b.name!r}: the request cannot be sent: {e}") from None
+            except Fault as e:
                 # The request may have reached the backend (a reset after it was written): sent
                 # again, it could start a second generation, so it is resent only where the
                 # operator said that is harmless. The cause is for the log, not the client.
@@ -179,7 +178,7 @@ class ProxyEngine:
                     continue
                 raise failure from None
             if trace is not None:
-                trace.replied(i, n, resp)
+                trace.replied(i, n, call.method, target, resp.status)
             if resp.status < 300:
                 b.health.succeeded(i)
                 return resp
@@ -197,12 +196,12 @@ class ProxyEngine:
         # No replica took the request: the service is down (MindIE, TGI, Triton, Databricks: 503).
         raise failure or UpstreamConnectError(f"backend {b.name!r} has no replicas", kind=Kind.UNAVAILABLE)
 
-    async def _status_error(self, resp: aiohttp.ClientResponse, call: UpstreamCall, configured: bool) -> UpstreamError:
+    async def _status_error(self, resp: Upstream, call: UpstreamCall, configured: bool) -> UpstreamError:
         """The error a non-2xx answer is; its body is read (up to a limit) and the response released."""
         b = self.backend
         try:
-            body = await read_prefix(resp, MAX_ERROR_BODY)  # read for its message: a longer one is cut
-        except (TimeoutError, aiohttp.ClientError):
+            body = await resp.prefix(MAX_ERROR_BODY)  # read for its message: a longer one is cut
+        except Fault:
             body = b""
         finally:
             resp.release()
@@ -226,25 +225,33 @@ class ProxyEngine:
         """GET a path of the backend's own, for a dialect that relays what the backend says of
         itself. Every status comes back as it is; the body is the backend's, secrets scrubbed."""
         b = self.backend
+        conf = b.conf
         for i in b.replicas():
             url = b.urls[i]
             try:
-                async with b.client().get(
-                    self._url(url, path),
-                    headers=b.headers,
-                    timeout=self._whole_timeout,
-                    ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
-                    allow_redirects=False,
-                ) as resp:
-                    body = await read_whole(resp, MAX_INFO_BODY)
-                    if body is None:
-                        raise UpstreamError(f"backend {b.name!r} answered {path} with more than {MAX_INFO_BODY} bytes")
-                    kind = resp.headers.get("Content-Type", "application/json")
-                    return Reply(resp.status, REDACT(body.decode("utf-8", "replace")).encode(), kind)
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+                resp = await b.client().request(
+                    self._target(url, path),
+                    "GET",
+                    b.headers,
+                    None,
+                    connect_timeout=conf.connect_timeout_s,
+                    timeout=conf.timeout_s,
+                )
+            except (ConnectFailed, ConnectTimeout) as e:
                 log.warning("backend %s: cannot connect to %s: %s", b.name, shown_url(url), e)
-            except (TimeoutError, aiohttp.ClientError) as e:
+                continue
+            except Fault as e:
                 raise UpstreamError(f"backend {b.name!r} failed: {type(e).__name__}") from None
+            try:
+                body = await resp.read(MAX_INFO_BODY, YIELD_EVERY)
+            except Fault as e:
+                raise UpstreamError(f"backend {b.name!r} failed: {type(e).__name__}") from None
+            finally:
+                resp.release()
+            if body is None:
+                raise UpstreamError(f"backend {b.name!r} answered {path} with more than {MAX_INFO_BODY} bytes")
+            kind = resp.headers.get("Content-Type", "application/json")
+            return Reply(resp.status, REDACT(body.decode("utf-8", "replace")).encode(), kind)
         raise UpstreamConnectError(f"backend {b.name!r} is unreachable", kind=Kind.UNAVAILABLE)
 
     # ---- whole answers -----------------------------------------------------------------------
@@ -270,12 +277,12 @@ class ProxyEngine:
         try:
             resp = await self._send(call, plan.request_id, _configured(plan, part), trace)
             try:
-                body = await read_whole(resp, self._max_answer)
-            except (TimeoutError, aiohttp.ServerTimeoutError):
+                body = await resp.read(self._max_answer, YIELD_EVERY)
+            except TimeoutError:
                 raise UpstreamTimeout(
                     f"backend {self.backend.name!r} did not answer within {self.backend.conf.timeout_s:g}s"
                 ) from None
-            except aiohttp.ClientError:
+            except Fault:
                 raise UpstreamError(
                     f"backend {self.backend.name!r} closed the connection mid-response",
                     upstream_class=UpstreamClass.PROTOCOL,

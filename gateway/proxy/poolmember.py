@@ -15,7 +15,6 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 
-import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -23,9 +22,9 @@ from yarl import URL
 
 from gateway.config import Config
 from gateway.modelserver import CacheCollector, KvCache
-from gateway.proxy.bodies import read_prefix
 from gateway.proxy.routing import Backend, shown_url
 from gateway.records import record
+from gateway.upstream import Fault, Target
 
 log = logging.getLogger("gateway")
 
@@ -205,7 +204,6 @@ class Scraper:
         self.urls = list(urls)
         self.model_name = model_name
         self.cache = cache
-        self._timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
         self._said: str | None = None  # what the log last said, so that it says each change once
 
     async def run(self, interval_s: float | None = None) -> None:
@@ -231,17 +229,17 @@ class Scraper:
     async def _one(self, url: str) -> tuple[KvCache | None, str]:
         b = self.backend
         try:
-            async with b.client().get(
-                url,
-                headers=b.headers,
-                timeout=self._timeout,
-                ssl=b.ssl_ctx if b.ssl_ctx is not None else True,
-                allow_redirects=False,
-            ) as resp:
-                if resp.status != 200:
-                    return None, f"{shown_url(url)} answered {resp.status}"
-                body = await read_prefix(resp, MAX_PAGE_BYTES)  # the whole page, not its first segment
-        except (TimeoutError, aiohttp.ClientError) as e:
+            async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+                resp = await b.client().request(
+                    Target.of(url), "GET", b.headers, None, connect_timeout=None, timeout=None
+                )
+                try:
+                    if resp.status != 200:
+                        return None, f"{shown_url(url)} answered {resp.status}"
+                    body = await resp.prefix(MAX_PAGE_BYTES)  # the whole page, not its first segment
+                finally:
+                    resp.release()
+        except (TimeoutError, Fault) as e:
             return None, f"{shown_url(url)} did not answer ({type(e).__name__})"
         reading = read_page(self.kind, body.decode("utf-8", "replace"))
         if reading is None:

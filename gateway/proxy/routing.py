@@ -7,8 +7,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
-
 from gateway import config as cfg
 from gateway.codec.contract import BackendView, Dialect, Reply, RouteView
 from gateway.modelserver import BackendLoad
@@ -16,6 +14,7 @@ from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate
 from gateway.proxy.plan import Engine
 from gateway.proxy.replicas import Replicas
+from gateway.upstream import DEFAULT_HEADERS, Pool
 
 
 @dataclass(eq=False)
@@ -31,8 +30,8 @@ class Backend:
     health: Replicas = field(default_factory=lambda: Replicas(1))
     # The backend's own concurrency limit and queue, when it has one (backends.X.max_concurrent).
     gate: Gate | None = None
-    # This backend's own connection pool (its connection limit, no cookies), opened with the app.
-    session: aiohttp.ClientSession | None = None
+    # This backend's own connections (its connection limit), opened with the app.
+    pool: Pool | None = None
     # Pool-member mode: its requests running and waiting, as vLLM-named gauges (else None).
     load: BackendLoad | None = None
 
@@ -44,20 +43,15 @@ class Backend:
         """Replica indices (into `urls`) in the order to try them for one request."""
         return self.health.order()
 
-    def client(self) -> aiohttp.ClientSession:
-        assert self.session is not None, "client session used before app startup"
-        return self.session
+    def client(self) -> Pool:
+        assert self.pool is not None, "backend connections used before app startup"
+        return self.pool
 
-    def open_session(self) -> aiohttp.ClientSession:
-        """The pool for this backend: at most `max_connections` open at once; no cookie jar, so a
-        cookie one client's answer set is never replayed on another client's request."""
-        connector = aiohttp.TCPConnector(
-            limit=self.conf.max_connections, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
-        )
-        self.session = aiohttp.ClientSession(
-            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=True
-        )
-        return self.session
+    def open_pool(self) -> Pool:
+        """This backend's connections: at most `max_connections` in use at once. The client
+        keeps no cookies, so one a backend sets is never replayed on another client's request."""
+        self.pool = Pool(self.conf.max_connections, self.ssl_ctx)
+        return self.pool
 
 
 def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
@@ -68,7 +62,10 @@ def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
     gate = None
     if conf.max_concurrent is not None:
         gate = Gate(name, conf.max_concurrent, conf.max_queued, conf.queue_timeout_s)
-    return Backend(name, conf, dialect, view, urls, dict(conf.headers), make_ssl(conf.tls), health, gate)
+    # What every request to it carries: the client's defaults, unless its own headers name them.
+    own = {k.lower() for k in conf.headers}
+    headers = {k: v for k, v in DEFAULT_HEADERS.items() if k.lower() not in own} | conf.headers
+    return Backend(name, conf, dialect, view, urls, headers, make_ssl(conf.tls), health, gate)
 
 
 @dataclass(eq=False)

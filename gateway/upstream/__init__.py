@@ -1,0 +1,33 @@
+"""The gateway's HTTP/1.1 client to its backends.
+
+One `Pool` per backend holds its kept-alive connections to all its replicas, up to the backend's
+`max_connections` in use at once. `Pool.request` sends a request and returns the `Answer` when its
+head has come; the body is read whole within a bound (`Answer.read`) or piece by piece as it
+arrives (`Answer.chunk`), and `release` gives the connection back, or `close` cuts it. Every
+failure is a `Fault`, named for what the caller decides next: whether the request may have
+reached the backend (docs/upstream.md).
+
+It is the gateway's own because a proxy's whole work per request is small: aiohttp's client,
+general-purpose (cookies, redirects, proxies, auth helpers, tracing hooks), cost about half the
+CPU of a relayed request. Parsing answers, the part HTTP gets wrong when done by hand, is
+httptools' (llhttp, as Node.js has it).
+"""
+
+from gateway.upstream.connection import Headers
+from gateway.upstream.faults import BadAnswer, Broken, ConnectFailed, ConnectTimeout, Fault, ReadTimeout, Unsendable
+from gateway.upstream.pool import DEFAULT_HEADERS, Answer, Pool, Target
+
+__all__ = [
+    "DEFAULT_HEADERS",
+    "Answer",
+    "BadAnswer",
+    "Broken",
+    "ConnectFailed",
+    "ConnectTimeout",
+    "Fault",
+    "Headers",
+    "Pool",
+    "ReadTimeout",
+    "Target",
+    "Unsendable",
+]

@@ -1,0 +1,292 @@
+"""One connection to a backend: it writes a request and reads its answer, one at a time.
+
+The answer's head and body are parsed by httptools (llhttp), which undoes chunked framing; the
+body is held here until the reader takes it, and reading from the socket pauses while more than
+`HIGH_WATER` bytes wait, so a slow client holds back the backend rather than the gateway's
+memory. A deadline (a whole answer's) or a gap (the next piece of a stream's) bounds the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, cast
+
+import httptools
+
+from gateway.upstream.decode import Decoder
+from gateway.upstream.faults import BadAnswer, Broken, Fault, ReadTimeout
+
+if TYPE_CHECKING:
+    from gateway.upstream.pool import Pool
+
+# An answer's head: each header line, the number of lines, and all of it together.
+MAX_HEADER_LINE = 8190
+MAX_HEADERS = 100
+MAX_HEAD = 64 * 1024
+HIGH_WATER = 256 * 1024  # body bytes held before reading from the socket pauses
+
+
+class Headers(dict[str, str]):
+    """An answer's headers under lower-case names; `get` takes a name in any case. A name given
+    more than once keeps its first value (no answer header the gateway reads repeats)."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict.get(self, name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and dict.__contains__(self, name.lower())
+
+
+class Connection(asyncio.Protocol):
+    """The protocol of one connection. The pool hands it a request (`send`) and takes it back
+    when its answer is read (`reusable`), or closes it."""
+
+    def __init__(self, pool: Pool, key: tuple[str, str, int]) -> None:
+        self.pool = pool
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+        self.idle_at = 0.0  # when it went back to the pool
+        self.reused = False  # it served an answer before this one
+        self._parser = httptools.HttpResponseParser(self)
+        self._loop = pool.loop
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers = Headers()
+        self.fault: Fault | None = None
+        self.head_done = False
+        self.done = False
+        self.keep_alive = False
+        self.decoder: Decoder | None = None
+        self._head_size = 0
+        self._lines = 0
+        self._until_eof = False  # the body runs to the end of the connection
+        self._buf: list[bytes] = []
+        self._buffered = 0
+        self._paused = False
+        self._gap: float | None = None
+        self._last = 0.0
+
+    # ---- the pool's side --------------------------------------------------------------------
+
+    def send(self, data: bytes, timeout: float | None, gap: bool) -> None:
+        """Write a request; its answer must come within `timeout` seconds, or, with `gap`, no
+        wait for the next piece of it may last longer than that."""
+        assert self.transport is not None
+        if self.done:
+            self.reused = True
+            self._reset()
+        if timeout is not None:
+            now = self._loop.time()
+            if gap:
+                self._gap, self._last = timeout, now
+            self._timer = self._loop.call_at(now + timeout, self._timed_out)
+        self.transport.write(data)
+
+    def reusable(self) -> bool:
+        """Whether the next request may go on this connection: its answer was read to the end,
+        both sides keep it open, and nothing is left over."""
+        return self.done and self.keep_alive and self.fault is None and not self.lost and not self._buf
+
+    def close(self) -> None:
+        self._stop_timer()
+        if self.transport is not None:
+            self.transport.close()
+
+    # ---- waiting ----------------------------------------------------------------------------
+
+    async def head(self) -> None:
+        """Wait for the answer's head (interim 1xx answers are passed over)."""
+        while not self.head_done:
+            await self._wait()
+
+    async def take(self) -> bytes:
+        """The body bytes that have come (decoded), waited for when none have; b"" at its end."""
+        if self.decoder is not None:
+            return await self._take_decoded(self.decoder)
+        while True:
+            buf = self._buf
+            if buf:
+                data = buf[0] if len(buf) == 1 else b"".join(buf)
+                self._buf = []
+                self._buffered = 0
+                if self._paused:
+                    self._resume()
+                return data
+            if self.done:
+                return b""
+            await self._wait()
+
+    async def _take_decoded(self, decoder: Decoder) -> bytes:
+        while True:
+            if decoder.pending:
+                out = decoder.more()
+            elif self._buf or not self.done:
+                out = decoder.feed(await self._take_raw())
+            else:
+                return decoder.end()
+            if out:
+                return out
+
+    async def _take_raw(self) -> bytes:
+        while not self._buf:
+            if self.done:
+                return b""
+            await self._wait()
+        data = b"".join(self._buf)
+        self._buf = []
+        self._buffered = 0
+        if self._paused:
+            self._resume()
+        return data
+
+    async def _wait(self) -> None:
+        if self.fault is not None:
+            raise self.fault
+        waiter = self._waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+        if self.fault is not None:
+            raise self.fault
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, fault: Fault) -> None:
+        if self.fault is None and not self.done:
+            self.fault = fault
+            self._stop_timer()
+            if self.transport is not None:
+                self.transport.close()
+            self._wake()
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self.done:
+            return
+        if self._gap is not None:
+            # Re-armed from the last piece: a stream only fails when one gap is too long.
+            due = self._last + self._gap
+            if due > self._loop.time():
+                self._timer = self._loop.call_at(due, self._timed_out)
+                return
+        self._fail(ReadTimeout("no answer came in time" if not self.head_done else "the answer stopped coming"))
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _resume(self) -> None:
+        self._paused = False
+        if self.transport is not None and not self.lost:
+            self.transport.resume_reading()
+
+    # ---- asyncio's side ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is one, though not by class
+
+    def data_received(self, data: bytes) -> None:
+        if self.done or self.fault is not None:
+            # Bytes no request asked for: the connection cannot be trusted with another.
+            self.keep_alive = False
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if self._gap is not None:
+            self._last = self._loop.time()
+        if not self.head_done:
+            # httptools gathers a header line until it ends: what came before this read bounds it.
+            if self._head_size > MAX_HEAD:
+                self._fail(BadAnswer(f"the answer's head is larger than {MAX_HEAD} bytes"))
+                return
+            self._head_size += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            cause = e.__context__
+            self._fail(cause if isinstance(cause, Fault) else Broken(f"the answer could not be read: {e}"))
+        except httptools.HttpParserError as e:
+            if self.head_done:
+                self._fail(Broken(f"the answer's body is not framed as HTTP/1.1 says: {e}"))
+            else:
+                self._fail(BadAnswer(f"the answer's head is not HTTP/1.1: {e}"))
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes, and connection_lost says what that meant
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._stop_timer()
+        if not self.done and self.fault is None and self.transport is not None:
+            if self.head_done and self._until_eof:
+                self.done = True  # a body without a length ends with the connection
+                self._wake()
+            elif self.status or self._head_size:
+                self._fail(Broken("the backend closed the connection in the middle of its answer"))
+            else:
+                self._fail(Broken("the backend closed the connection without answering"))
+        self.pool.lost(self)
+
+    def pause_writing(self) -> None:
+        pass  # a request is written whole; the transport holds what the socket has not taken
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ---- httptools' callbacks ---------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head_done:
+            return  # a chunked body's trailer: nothing the gateway reads
+        self._lines += 1
+        if self._lines > MAX_HEADERS:
+            raise BadAnswer(f"the answer has more than {MAX_HEADERS} header lines")
+        if len(name) + len(value) > MAX_HEADER_LINE:
+            raise BadAnswer(f"the answer has a header line longer than {MAX_HEADER_LINE} bytes")
+        self.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:
+            # An interim answer (103 Early Hints): the real one follows on the same connection.
+            self.headers = Headers()
+            self._lines = 0
+            return
+        headers = self.headers
+        self.status = status
+        coding = headers.get("content-encoding")
+        if coding is not None:
+            coding = coding.strip().lower()
+            if coding and coding != "identity":
+                self.decoder = Decoder(coding)
+        self._until_eof = (
+            "content-length" not in headers and "transfer-encoding" not in headers and status not in (204, 304)
+        )
+        self.head_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self._buf.append(body)
+        self._buffered += len(body)
+        if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if not self.head_done:
+            return  # the end of an interim answer
+        self.done = True
+        self.keep_alive = self._parser.should_keep_alive()
+        self._stop_timer()
+        self._wake()

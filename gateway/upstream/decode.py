@@ -1,0 +1,60 @@
+"""Content codings of answer bodies: gzip and deflate, decoded in bounded pieces.
+
+The gateway asks backends for `identity`; these are for a backend that compresses anyway. A
+piece is at most `PIECE` bytes however far a small input expands (a gzip bomb), so whoever reads
+decides when to stop.
+"""
+
+import zlib
+
+from gateway.upstream.faults import BadAnswer, Broken
+
+PIECE = 1024 * 1024
+CODINGS = ("gzip", "x-gzip", "deflate")
+
+
+class Decoder:
+    """One body's decompressor: `feed` the encoded bytes as they come, then `more` while
+    `pending`, and `end` once they are all in."""
+
+    __slots__ = ("_coding", "_z")
+
+    def __init__(self, coding: str) -> None:
+        if coding not in CODINGS:
+            raise BadAnswer(f"the answer's Content-Encoding {coding[:40]!r} is not one the gateway decodes")
+        self._coding = coding
+        # deflate: which of its two forms (zlib-wrapped or raw) shows in its first byte.
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS) if coding != "deflate" else None
+
+    @property
+    def pending(self) -> bool:
+        return self._z is not None and bool(self._z.unconsumed_tail)
+
+    def feed(self, data: bytes) -> bytes:
+        z = self._z
+        if z is None:
+            if not data:
+                return b""
+            # A zlib stream's first byte says compression method 8 (deflate) in its low bits.
+            z = self._z = zlib.decompressobj(zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+        try:
+            return z.decompress(data, PIECE)
+        except zlib.error:
+            raise Broken(f"the answer's body does not decode as {self._coding}") from None
+
+    def more(self) -> bytes:
+        assert self._z is not None
+        return self.feed(self._z.unconsumed_tail)
+
+    def end(self) -> bytes:
+        """What the decompressor still holds; Broken when the encoded body stopped short."""
+        z = self._z
+        if z is None:
+            return b""  # an empty body
+        try:
+            out = z.flush()
+        except zlib.error:
+            raise Broken(f"the answer's body does not decode as {self._coding}") from None
+        if not z.eof:
+            raise Broken(f"the answer's {self._coding} body ends before its end")
+        return out

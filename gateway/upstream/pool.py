@@ -1,0 +1,341 @@
+"""A backend's connections, and one request through them.
+
+`Pool.request` takes a kept-alive connection to the target's origin (the most recently used, so
+that the others age out) or opens one, writes the request in one piece and returns the `Answer`
+once its head has come. At most `limit` connections are in use at once; further requests wait
+for one, in order. A connection goes back to the pool only when its answer was read to the end
+and both sides keep it open; every other end closes it, which is how a backend learns that the
+client went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from yarl import URL
+
+from gateway.upstream.connection import Connection, Headers
+from gateway.upstream.faults import Broken, ConnectFailed, ConnectTimeout, Unsendable
+
+# Sent unless a backend's own headers say otherwise. Compression is not asked for: answers are
+# small next to the CPU it costs both sides (a backend that compresses anyway is decoded).
+DEFAULT_HEADERS = {"User-Agent": "llm-protocol-gateway", "Accept": "*/*", "Accept-Encoding": "identity"}
+KEEP_IDLE_S = 15.0  # a connection unused this long is closed rather than used again
+# A body up to this size goes in the same write as the head.
+_JOIN_BELOW = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a request goes: an origin and the request target, parsed once."""
+
+    key: tuple[str, str, int]  # scheme, host, port: the connections it may share
+    host: str
+    port: int
+    tls: bool
+    path: bytes  # the request target, percent-encoded
+    host_header: bytes
+    authorization: str | None  # Basic credentials from the URL's user:password, if any
+
+    @classmethod
+    def of(cls, url: str) -> Target:
+        u = URL(url)
+        if u.scheme not in ("http", "https") or not u.raw_host:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        host = u.raw_host
+        port = u.port or (443 if u.scheme == "https" else 80)
+        shown = f"[{host}]" if ":" in host else host
+        if not u.is_default_port():
+            shown = f"{shown}:{port}"
+        auth = None
+        if u.raw_user is not None:
+            creds = f"{unquote(u.raw_user)}:{unquote(u.raw_password or '')}"
+            auth = "Basic " + base64.b64encode(creds.encode("utf-8")).decode("ascii")
+        return cls(
+            key=(u.scheme, host, port),
+            host=host,
+            port=port,
+            tls=u.scheme == "https",
+            path=(u.raw_path_qs or "/").encode("ascii"),
+            host_header=shown.encode("ascii"),  # yarl keeps a host name in its IDNA form
+            authorization=auth,
+        )
+
+
+class Answer:
+    """A backend's answer, its head read. The body is read whole (`read`) or as it comes
+    (`chunk`); then `release` gives the connection back, or `close` cuts it (and with it the
+    backend's work on the request)."""
+
+    __slots__ = ("_conn", "_pool", "headers", "status")
+
+    def __init__(self, pool: Pool, conn: Connection) -> None:
+        self._pool = pool
+        self._conn: Connection | None = conn
+        self.status = conn.status
+        self.headers: Headers = conn.headers
+
+    @property
+    def content_length(self) -> int | None:
+        value = self.headers.get("content-length")
+        return int(value) if value is not None and value.isdigit() else None
+
+    async def chunk(self) -> bytes:
+        """The body bytes that have come since the last call (decoded), at least one unless the
+        body has ended: then b""."""
+        conn = self._conn
+        if conn is None:
+            return b""
+        return await conn.take()
+
+    async def read(self, limit: int, yield_every: int = 1024 * 1024) -> bytes | None:
+        """The whole body, decoded; None when it is longer than `limit` bytes (nothing more is
+        read, and `release` will close the connection). A body already all there, as a
+        decoded small compressed one may be, gives the event loop a turn every `yield_every`."""
+        conn = self._conn
+        if conn is None:
+            return b""
+        length = self.content_length
+        if conn.decoder is None and length is not None and length > limit:
+            return None
+        parts: list[bytes] = []
+        size = 0
+        turn = yield_every
+        while piece := await conn.take():
+            size += len(piece)
+            if size > limit:
+                return None
+            parts.append(piece)
+            if size >= turn:
+                turn += yield_every
+                await asyncio.sleep(0)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def prefix(self, n: int) -> bytes:
+        """The body's first `n` bytes (all of it, when shorter), waited for as they come."""
+        conn = self._conn
+        parts: list[bytes] = []
+        size = 0
+        while conn is not None and size < n and (piece := await conn.take()):
+            parts.append(piece)
+            size += len(piece)
+        return b"".join(parts)[:n]
+
+    def release(self) -> None:
+        """Done with the answer: the connection goes back to the pool if it can serve another
+        request, else it closes."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool.done(conn, conn.reusable())
+
+    def close(self) -> None:
+        """Done with the answer, read or not: the connection closes."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool.done(conn, False)
+
+
+class Pool:
+    """One backend's connections, to all its replicas and other URLs (its metrics page)."""
+
+    def __init__(self, limit: int, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._limit = limit
+        self._ssl = ssl_context
+        self._busy = 0  # connections in use, and being opened
+        self._idle: dict[tuple[str, str, int], list[Connection]] = {}
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._using: set[Connection] = set()
+        self.closed = False
+
+    async def request(
+        self,
+        target: Target,
+        method: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        *,
+        connect_timeout: float | None,
+        timeout: float | None,
+        gap: bool = False,
+    ) -> Answer:
+        """Send one request and wait for its answer's head. `timeout`: the answer (head and
+        body) must be all there within it, or with `gap`, no wait for the next piece of it may
+        be longer. A Fault for any failure; a cancelled request closes its connection."""
+        if self.closed:
+            raise ConnectFailed("the backend's connections are closed")
+        data = _request_bytes(method, target, headers, body)
+        conn = await self._acquire(target, connect_timeout, timeout)
+        try:
+            conn.send(data, timeout, gap)
+            try:
+                await conn.head()
+            except Broken:
+                if not (conn.reused and method == "GET" and not conn.status):
+                    raise
+                # A kept-alive connection the backend had closed as the request went out: a GET
+                # may go again on a fresh one (a POST may have started a generation).
+                self.done(conn, False)
+                conn = await self._acquire(target, connect_timeout, timeout, fresh=True)
+                conn.send(data, timeout, gap)
+                await conn.head()
+        except BaseException:
+            self.done(conn, False)
+            raise
+        return Answer(self, conn)
+
+    async def _acquire(
+        self, target: Target, connect_timeout: float | None, timeout: float | None, fresh: bool = False
+    ) -> Connection:
+        if self._busy >= self._limit:
+            await self._wait_turn(timeout)
+        self._busy += 1
+        try:
+            if not fresh:
+                conn = self._take_idle(target.key)
+                if conn is not None:
+                    self._using.add(conn)
+                    return conn
+            conn = await self._connect(target, connect_timeout)
+        except BaseException:
+            self._busy -= 1
+            self._next_turn()
+            raise
+        self._using.add(conn)
+        return conn
+
+    async def _wait_turn(self, timeout: float | None) -> None:
+        """Wait, in order of arrival, until fewer than `limit` connections are in use."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self._busy >= self._limit:
+                    waiter = self.loop.create_future()
+                    self._waiters.append(waiter)
+                    try:
+                        await waiter
+                    except BaseException:
+                        if waiter.cancelled():
+                            self._waiters.remove(waiter)
+                        else:
+                            self._next_turn()  # woken, then cancelled: the turn goes to the next
+                        raise
+        except TimeoutError:
+            raise ConnectTimeout("no connection to the backend came free in time") from None
+
+    def _next_turn(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _take_idle(self, key: tuple[str, str, int]) -> Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        too_old = self.loop.time() - KEEP_IDLE_S
+        while idle:
+            conn = idle.pop()
+            if conn.lost or conn.idle_at < too_old or conn.transport is None or conn.transport.is_closing():
+                conn.close()
+                continue
+            return conn
+        return None
+
+    async def _connect(self, target: Target, timeout: float | None) -> Connection:
+        ctx: ssl.SSLContext | None = None
+        if target.tls:
+            ctx = self._ssl or _default_ssl()
+        try:
+            async with asyncio.timeout(timeout):
+                _, conn = await self.loop.create_connection(
+                    lambda: Connection(self, target.key),
+                    target.host,
+                    target.port,
+                    ssl=ctx,
+                    server_hostname=target.host if ctx is not None else None,
+                )
+        except TimeoutError:
+            raise ConnectTimeout(f"no connection within {timeout:g}s") from None
+        except (OSError, ValueError) as e:
+            # refused, unreachable, unresolvable, TLS refused or unverified (ssl errors are OSErrors)
+            raise ConnectFailed(f"{type(e).__name__}: {e}") from None
+        return conn
+
+    def done(self, conn: Connection, keep: bool) -> None:
+        """A request is done with `conn`: kept for the next, or closed."""
+        if conn not in self._using:
+            return
+        self._using.discard(conn)
+        self._busy -= 1
+        if keep and not self.closed:
+            conn.idle_at = self.loop.time()
+            idle = self._idle.setdefault(conn.key, [])
+            idle.append(conn)
+            # The longest unused is first: past its time it goes, so a burst's extra connections
+            # do not stay open for good.
+            if len(idle) > 1 and idle[0].idle_at < conn.idle_at - KEEP_IDLE_S:
+                idle.pop(0).close()
+        else:
+            conn.close()
+        self._next_turn()
+
+    def lost(self, conn: Connection) -> None:
+        """The connection closed (either side): out of the idle pool, if it was there."""
+        if conn in self._using:
+            return  # its request's owner finds out, and gives it back
+        idle = self._idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
+
+    async def close(self) -> None:
+        """Close every connection; requests after this fail at once."""
+        self.closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+        for conn in list(self._using):
+            conn.close()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        await asyncio.sleep(0)  # the transports' close callbacks run
+
+
+def _request_bytes(method: str, target: Target, headers: Mapping[str, str], body: bytes | None) -> bytes:
+    lines = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
+    if target.authorization is not None:
+        lines += f"Authorization: {target.authorization}\r\n"
+    if body is not None:
+        lines += f"Content-Length: {len(body)}\r\n"
+    # A line break in a name or value would end the header early: a header of its own, or a
+    # request of its own, smuggled in. Every CR and LF there is must be one of ours.
+    n = len(headers) + (target.authorization is not None) + (body is not None)
+    if lines.count("\n") != n or lines.count("\r") != n or "\x00" in lines:
+        raise Unsendable("a header name or value holds a line break or a NUL")
+    head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
+        method.encode("ascii"),
+        target.path,
+        target.host_header,
+        lines.encode("utf-8"),
+    )
+    if body is None:
+        return head
+    return head + body if len(body) < _JOIN_BELOW else b"".join((head, body))
+
+
+_DEFAULT_SSL: list[ssl.SSLContext] = []
+
+
+def _default_ssl() -> ssl.SSLContext:
+    """The system's trust store, for an https backend without a `tls:` section."""
+    if not _DEFAULT_SSL:
+        _DEFAULT_SSL.append(ssl.create_default_context())
+    return _DEFAULT_SSL[0]
