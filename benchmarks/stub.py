@@ -309,6 +309,12 @@ def write_files(root: Path) -> Path:
     return www
 
 
+def _inlinable(body: bytes) -> bool:
+    """Whether nginx can say `body` as a quoted string of its config: no variables, quotes or
+    escapes inside, and short enough for one token of its config reader."""
+    return body.isascii() and len(body) < 2048 and not any(c in body for c in (b"'", b"$", b"\\"))
+
+
 def nginx_conf(root: Path, port: int) -> Path:
     """An nginx.conf of its own under `root`: no system config, pid, logs and temp files under `root`."""
     www = write_files(root)
@@ -318,6 +324,15 @@ def nginx_conf(root: Path, port: int) -> Path:
         f"  {kind}_temp_path {tmp / kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
     conf = root / "nginx.conf"
+    # The backend shares the load generator's core, and in the two-worker run the second
+    # worker's too: the less it costs, the less it disturbs what is measured. A whole answer is
+    # served from the config itself (no file to open), a stream from a file whose descriptor
+    # stays open; each costs nginx about 13 and 18 us of CPU against 21 for a file opened anew.
+    inline = "\n".join(
+        f"    location = {a.whole_url_path} {{ default_type application/json; return 200 '{a.whole.decode()}'; }}"
+        for a in ANSWERS.values()
+        if _inlinable(a.whole)
+    )
     conf.write_text(
         f"""daemon off;
 worker_processes 1;
@@ -329,6 +344,8 @@ http {{
 {temp_paths}
   sendfile on;
   tcp_nopush on;
+  open_file_cache max=1000 inactive=1h;
+  open_file_cache_valid 1h;
   tcp_nodelay on;
   etag off;
   server_tokens off;
@@ -342,6 +359,7 @@ http {{
     error_page 405 =200 $uri;
     location / {{ default_type application/json; }}
     location /stream/ {{ default_type text/event-stream; }}
+{inline}
   }}
 }}
 """

@@ -3,21 +3,19 @@
 The answer's head and body are parsed by httptools (llhttp), which undoes chunked framing; the
 body is held here until the reader takes it, and reading from the socket pauses while more than
 `HIGH_WATER` bytes wait, so a slow client holds back the backend rather than the gateway's
-memory. A deadline (a whole answer's) or a gap (the next piece of a stream's) bounds the wait.
+memory. A deadline (a whole answer's) or a gap (the next piece of a stream's) bounds the wait:
+the connection keeps it, and its pool's watch enforces it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import httptools
 
 from gateway.upstream.decode import Decoder
 from gateway.upstream.faults import BadAnswer, Broken, Fault, ReadTimeout
-
-if TYPE_CHECKING:
-    from gateway.upstream.pool import Pool
 
 # An answer's head: each header line, the number of lines, and all of it together.
 MAX_HEADER_LINE = 8190
@@ -37,11 +35,23 @@ class Headers(dict[str, str]):
         return isinstance(name, str) and dict.__contains__(self, name.lower())
 
 
+class Owner(Protocol):
+    """What a connection needs of its pool."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def watch(self, due: float) -> None:
+        """Enforce an answer's deadline (the loop's clock): see `Connection.overdue`."""
+
+    def lost(self, conn: Connection) -> None:
+        """The connection closed."""
+
+
 class Connection(asyncio.Protocol):
     """The protocol of one connection. The pool hands it a request (`send`) and takes it back
     when its answer is read (`reusable`), or closes it."""
 
-    def __init__(self, pool: Pool, key: tuple[str, str, int]) -> None:
+    def __init__(self, pool: Owner, key: tuple[str, str, int]) -> None:
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None
@@ -51,7 +61,6 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._loop = pool.loop
         self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -62,14 +71,18 @@ class Connection(asyncio.Protocol):
         self.done = False
         self.keep_alive = False
         self.decoder: Decoder | None = None
-        self._head_size = 0
+        self._head_size = 0  # bytes read while the head was unfinished: bounds what the parser holds
+        self._head_bytes = 0  # the head's header lines, as they were sent
         self._lines = 0
         self._until_eof = False  # the body runs to the end of the connection
         self._buf: list[bytes] = []
         self._buffered = 0
         self._paused = False
-        self._gap: float | None = None
-        self._last = 0.0
+        # The answer's deadline (the loop's clock; 0: none), or with `gap` the longest wait for
+        # its next piece, counted from `last`. The pool's watch enforces them (`overdue`).
+        self.due = 0.0
+        self.gap = 0.0
+        self.last = 0.0
 
     # ---- the pool's side --------------------------------------------------------------------
 
@@ -83,8 +96,9 @@ class Connection(asyncio.Protocol):
         if timeout is not None:
             now = self._loop.time()
             if gap:
-                self._gap, self._last = timeout, now
-            self._timer = self._loop.call_at(now + timeout, self._timed_out)
+                self.gap, self.last = timeout, now
+            self.due = now + timeout
+            self.pool.watch(self.due)
         self.transport.write(data)
 
     def reusable(self) -> bool:
@@ -93,7 +107,7 @@ class Connection(asyncio.Protocol):
         return self.done and self.keep_alive and self.fault is None and not self.lost and not self._buf
 
     def close(self) -> None:
-        self._stop_timer()
+        self.due = 0.0
         if self.transport is not None:
             self.transport.close()
 
@@ -163,27 +177,25 @@ class Connection(asyncio.Protocol):
     def _fail(self, fault: Fault) -> None:
         if self.fault is None and not self.done:
             self.fault = fault
-            self._stop_timer()
+            self.due = 0.0
             if self.transport is not None:
                 self.transport.close()
             self._wake()
 
-    def _timed_out(self) -> None:
-        self._timer = None
-        if self.done:
-            return
-        if self._gap is not None:
-            # Re-armed from the last piece: a stream only fails when one gap is too long.
-            due = self._last + self._gap
-            if due > self._loop.time():
-                self._timer = self._loop.call_at(due, self._timed_out)
-                return
+    def overdue(self, now: float) -> float:
+        """Fail the answer with ReadTimeout if its time is up; else when it will be (0: never)."""
+        if self.due == 0.0 or self.done:
+            return 0.0
+        if self.gap:
+            # Counted from the last piece: a stream only fails when one gap is too long. While
+            # pieces wait for a reader that is slow to take them, the wait is not the backend's.
+            if self._buf or self._paused:
+                self.last = now
+            self.due = self.last + self.gap
+        if self.due > now:
+            return self.due
         self._fail(ReadTimeout("no answer came in time" if not self.head_done else "the answer stopped coming"))
-
-    def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        return 0.0
 
     def _resume(self) -> None:
         self._paused = False
@@ -197,13 +209,10 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.done or self.fault is not None:
-            # Bytes no request asked for: the connection cannot be trusted with another.
-            self.keep_alive = False
-            if self.transport is not None:
-                self.transport.close()
+            self._spoil()
             return
-        if self._gap is not None:
-            self._last = self._loop.time()
+        if self.gap:
+            self.last = self._loop.time()
         if not self.head_done:
             # httptools gathers a header line until it ends: what came before this read bounds it.
             if self._head_size > MAX_HEAD:
@@ -212,11 +221,15 @@ class Connection(asyncio.Protocol):
             self._head_size += len(data)
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError as e:
-            cause = e.__context__
-            self._fail(cause if isinstance(cause, Fault) else Broken(f"the answer could not be read: {e}"))
         except httptools.HttpParserError as e:
-            if self.head_done:
+            if self.done:
+                self._spoil()  # bytes after the answer: the connection serves no other request
+                return
+            # A callback's own fault comes as the parser error's context.
+            cause = e.__context__ if isinstance(e, httptools.HttpParserCallbackError) else None
+            if isinstance(cause, Fault):
+                self._fail(cause)
+            elif self.head_done:
                 self._fail(Broken(f"the answer's body is not framed as HTTP/1.1 says: {e}"))
             else:
                 self._fail(BadAnswer(f"the answer's head is not HTTP/1.1: {e}"))
@@ -226,7 +239,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        self._stop_timer()
+        self.due = 0.0
         if not self.done and self.fault is None and self.transport is not None:
             if self.head_done and self._until_eof:
                 self.done = True  # a body without a length ends with the connection
@@ -243,12 +256,27 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         pass
 
+    def _spoil(self) -> None:
+        """Bytes came that no request asked for (after an answer, or while idle): a backend out
+        of step with its requests. Read as the next answer, they would answer another client's
+        request, so the connection closes."""
+        self.keep_alive = False
+        if self.transport is not None:
+            self.transport.close()
+
     # ---- httptools' callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            raise Broken("the backend sent more than one answer to one request")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.head_done:
             return  # a chunked body's trailer: nothing the gateway reads
         self._lines += 1
+        self._head_bytes += len(name) + len(value) + 4  # ": " and the line's CRLF
+        if self._head_bytes > MAX_HEAD:
+            raise BadAnswer(f"the answer's head is larger than {MAX_HEAD} bytes")
         if self._lines > MAX_HEADERS:
             raise BadAnswer(f"the answer has more than {MAX_HEADERS} header lines")
         if len(name) + len(value) > MAX_HEADER_LINE:
@@ -260,7 +288,7 @@ class Connection(asyncio.Protocol):
         if 100 <= status < 200:
             # An interim answer (103 Early Hints): the real one follows on the same connection.
             self.headers = Headers()
-            self._lines = 0
+            self._lines = self._head_bytes = 0
             return
         headers = self.headers
         self.status = status
@@ -288,5 +316,5 @@ class Connection(asyncio.Protocol):
             return  # the end of an interim answer
         self.done = True
         self.keep_alive = self._parser.should_keep_alive()
-        self._stop_timer()
+        self.due = 0.0
         self._wake()

@@ -17,12 +17,13 @@ class Decoder:
     """One body's decompressor: `feed` the encoded bytes as they come, then `more` while
     `pending`, and `end` once they are all in."""
 
-    __slots__ = ("_coding", "_z")
+    __slots__ = ("_coding", "_fed", "_z")
 
     def __init__(self, coding: str) -> None:
         if coding not in CODINGS:
             raise BadAnswer(f"the answer's Content-Encoding {coding[:40]!r} is not one the gateway decodes")
         self._coding = coding
+        self._fed = False
         # deflate: which of its two forms (zlib-wrapped or raw) shows in its first byte.
         self._z = zlib.decompressobj(16 + zlib.MAX_WBITS) if coding != "deflate" else None
 
@@ -31,6 +32,8 @@ class Decoder:
         return self._z is not None and bool(self._z.unconsumed_tail)
 
     def feed(self, data: bytes) -> bytes:
+        if data:
+            self._fed = True
         z = self._z
         if z is None:
             if not data:
@@ -49,8 +52,8 @@ class Decoder:
     def end(self) -> bytes:
         """What the decompressor still holds; Broken when the encoded body stopped short."""
         z = self._z
-        if z is None:
-            return b""  # an empty body
+        if z is None or not self._fed:
+            return b""  # an empty body is empty in any coding
         try:
             out = z.flush()
         except zlib.error:

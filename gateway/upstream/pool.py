@@ -153,6 +153,11 @@ class Pool:
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._using: set[Connection] = set()
         self.closed = False
+        # One timer for every answer's deadline, armed for the earliest it knows of: when it
+        # fires it fails the overdue answers and arms itself for the next. An answer's deadline
+        # costs its request no timer of its own to set and cancel.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     async def request(
         self,
@@ -286,6 +291,25 @@ class Pool:
             conn.close()
         self._next_turn()
 
+    def watch(self, due: float) -> None:
+        """An answer must be done by `due` (the loop's clock)."""
+        if self._timer is None or due < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_at(due, self._check)
+            self._timer_at = due
+
+    def _check(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        soonest = 0.0
+        for conn in list(self._using):
+            due = conn.overdue(now)
+            if due and (not soonest or due < soonest):
+                soonest = due
+        if soonest:
+            self.watch(soonest)
+
     def lost(self, conn: Connection) -> None:
         """The connection closed (either side): out of the idle pool, if it was there."""
         if conn in self._using:
@@ -297,6 +321,9 @@ class Pool:
     async def close(self) -> None:
         """Close every connection; requests after this fail at once."""
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()
