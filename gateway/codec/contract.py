@@ -78,6 +78,10 @@ class UpstreamCall:
     rename: bytes | None = None
     # Codec-private context for the response parser (requested options, prompt, counters).
     state: Any = None
+    # Work the answer needs that the request does not (counting the prompt's tokens): done
+    # while the backend answers, once the request is on its way, so that it adds nothing to
+    # the wait. It may be called again; it does its work once.
+    meanwhile: Callable[[], None] | None = None
 
 
 class StreamParser(Protocol):

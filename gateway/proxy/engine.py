@@ -79,15 +79,20 @@ class ProxyEngine:
         """The upstream call for one part. A large request may mean a long chat-template render
         or tokenizer run: off the event loop, so one big prompt does not stall the others."""
         out = Outgoing(part, plan.backend, plan.request_id, plan.same_wire, plan.variant)
-        call = await offload(self._build, out) if plan.body_bytes >= OFFLOAD_BYTES else self._build(out)
+        call = await offload(self._build, out, True) if plan.body_bytes >= OFFLOAD_BYTES else self._build(out)
         if plan.headers:
             # The Inference Extension's headers go on as the client sent them (the codec's own win).
             call = replace(call, headers={**plan.headers, **(call.headers or {})})
         return call
 
-    def _build(self, out: Outgoing) -> UpstreamCall:
+    def _build(self, out: Outgoing, whole: bool = False) -> UpstreamCall:
+        """The codec's call; with `whole`, its `meanwhile` work done as well (a large request's
+        is too long to do on the event loop while the backend answers)."""
         try:
-            return self.codec.build(out)
+            call = self.codec.build(out)
+            if whole and call.meanwhile is not None:
+                call.meanwhile()
+            return call
         except jsonutil.JSONEncodeError:
             # orjson reads what it cannot write (nesting past 254 levels); the body is the client's.
             raise InvalidRequest(
@@ -137,6 +142,7 @@ class ProxyEngine:
                     connect_timeout=conf.connect_timeout_s,
                     timeout=conf.timeout_s,
                     gap=call.stream,
+                    meanwhile=call.meanwhile,
                 )
                 resp = await (sent if first_byte is None else _within(first_byte, sent))
             except (ConnectFailed, ConnectTimeout) as e:
@@ -179,6 +185,8 @@ class ProxyEngine:
                 raise failure from None
             if trace is not None:
                 trace.replied(i, n, call.method, target, resp.status)
+            if call.meanwhile is not None:
+                call.meanwhile()  # done already, unless the request went out more than once
             if resp.status < 300:
                 b.health.succeeded(i)
                 return resp

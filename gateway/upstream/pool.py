@@ -14,7 +14,7 @@ import asyncio
 import base64
 import collections
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -169,16 +169,20 @@ class Pool:
         connect_timeout: float | None,
         timeout: float | None,
         gap: bool = False,
+        meanwhile: Callable[[], object] | None = None,
     ) -> Answer:
         """Send one request and wait for its answer's head. `timeout`: the answer (head and
         body) must be all there within it, or with `gap`, no wait for the next piece of it may
-        be longer. A Fault for any failure; a cancelled request closes its connection."""
+        be longer. `meanwhile` runs once the request is written, before the wait. A Fault for
+        any failure; a cancelled request closes its connection."""
         if self.closed:
             raise ConnectFailed("the backend's connections are closed")
         data = _request_bytes(method, target, headers, body)
         conn = await self._acquire(target, connect_timeout, timeout)
         try:
             conn.send(data, timeout, gap)
+            if meanwhile is not None:
+                meanwhile()
             try:
                 await conn.head()
             except Broken:

@@ -149,12 +149,11 @@ def _options(backend: BackendView) -> Options:
     return opts if isinstance(opts, Options) else Options()
 
 
-def _count_prompt(st: CallState, tok: Tokenizer | None, asked: bool) -> None:
-    """Count the prompt now, while the request is built (off the event loop when it is large),
-    unless the server was asked to report the count itself (the vLLM backend's num_input_tokens)."""
+def _prompt_count(st: CallState, tok: Tokenizer | None, asked: bool) -> Callable[[], None] | None:
+    """What counts the prompt while the backend answers, unless the server was asked to report
+    the count itself (the vLLM backend's num_input_tokens) or there is no tokenizer."""
     st.tokenizer = tok
-    if tok is not None and not asked:
-        st.prompt_tokens = tok.count(st.prompt)
+    return st.count_prompt if tok is not None and not asked else None
 
 
 class TritonOutbound:
@@ -197,8 +196,8 @@ class TritonOutbound:
             st.passthrough = True
             if req.model is not None and req.model != model:
                 st.rename = jsonutil.dumps(req.model)
-            _count_prompt(st, optional_tokenizer(backend), asked=bool(raw.get("return_num_input_tokens")))
-            return UpstreamCall(path, jsonutil.dumps(raw), req.stream, passthrough=True, state=st)
+            count = _prompt_count(st, optional_tokenizer(backend), asked=bool(raw.get("return_num_input_tokens")))
+            return UpstreamCall(path, jsonutil.dumps(raw), req.stream, passthrough=True, state=st, meanwhile=count)
         prompt = prompt_text(req, backend)
         p = req.params
         max_tokens = p.max_tokens or opts.default_max_tokens
@@ -210,8 +209,8 @@ class TritonOutbound:
         st.expect_final = opts.flavor == "mindie"
         if opts.flavor == "trtllm" and p.stop and not p.include_stop_str_in_output:
             st.strip_stops = list(p.stop)
-        _count_prompt(st, optional_tokenizer(backend), asked=opts.flavor == "vllm")
-        return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=st)
+        count = _prompt_count(st, optional_tokenizer(backend), asked=opts.flavor == "vllm")
+        return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=st, meanwhile=count)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
         return parse_body(call.state, body)

@@ -39,6 +39,11 @@ class CallState:
     passthrough: bool = False
     rename: bytes | None = None
 
+    def count_prompt(self) -> None:
+        """The prompt's tokens, counted with the tokenizer (once)."""
+        if self.prompt_tokens is None and self.tokenizer is not None:
+            self.prompt_tokens = self.tokenizer.count(self.prompt)
+
     def relay(self, data: bytes) -> bytes:
         """An answer or event as the client gets it on a pass-through: the model renamed."""
         return data if self.rename is None else renamed(data, "model_name", self.rename)
