@@ -10,6 +10,7 @@ the connection keeps it, and its pool's watch enforces it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, cast
 
 import httptools
@@ -24,15 +25,36 @@ MAX_HEAD = 64 * 1024
 HIGH_WATER = 256 * 1024  # body bytes held before reading from the socket pauses
 
 
-class Headers(dict[str, str]):
-    """An answer's headers under lower-case names; `get` takes a name in any case. A name given
+class Headers(Mapping[str, str]):
+    """An answer's headers, by lower-case name (any case may be asked for), read from its head
+    the first time one is asked for: most answers are read without a look at them. A name given
     more than once keeps its first value (no answer header the gateway reads repeats)."""
 
+    __slots__ = ("_head", "_map")
+
+    def __init__(self, head: bytes) -> None:
+        self._head = head
+        self._map: dict[str, str] | None = None
+
+    def _lines(self) -> dict[str, str]:
+        if self._map is None:
+            self._map = _header_lines(self._head)
+        return self._map
+
     def get(self, name: str, default: Any = None) -> Any:
-        return dict.get(self, name.lower(), default)
+        return self._lines().get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return self._lines()[name.lower()]
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and dict.__contains__(self, name.lower())
+        return isinstance(name, str) and name.lower() in self._lines()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lines())
+
+    def __len__(self) -> int:
+        return len(self._lines())
 
 
 class Owner(Protocol):
@@ -65,15 +87,15 @@ class Connection(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.status = 0
-        self.headers = Headers()
+        self.raw_head = b""  # the answer's head as it came, status line and header lines
         self.fault: Fault | None = None
         self.head_done = False
         self.done = False
         self.keep_alive = False
         self.decoder: Decoder | None = None
         self._head_size = 0  # bytes read while the head was unfinished: bounds what the parser holds
-        self._head_bytes = 0  # the head's header lines, as they were sent
-        self._lines = 0
+        self._head_reads: list[bytes] = []  # those reads, in which the head is found
+        self._interims = 0  # interim (1xx) answers passed over
         self._until_eof = False  # the body runs to the end of the connection
         self._buf: list[bytes] = []
         self._buffered = 0
@@ -219,6 +241,7 @@ class Connection(asyncio.Protocol):
                 self._fail(BadAnswer(f"the answer's head is larger than {MAX_HEAD} bytes"))
                 return
             self._head_size += len(data)
+            self._head_reads.append(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
@@ -270,35 +293,25 @@ class Connection(asyncio.Protocol):
         if self.done:
             raise Broken("the backend sent more than one answer to one request")
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self.head_done:
-            return  # a chunked body's trailer: nothing the gateway reads
-        self._lines += 1
-        self._head_bytes += len(name) + len(value) + 4  # ": " and the line's CRLF
-        if self._head_bytes > MAX_HEAD:
-            raise BadAnswer(f"the answer's head is larger than {MAX_HEAD} bytes")
-        if self._lines > MAX_HEADERS:
-            raise BadAnswer(f"the answer has more than {MAX_HEADERS} header lines")
-        if len(name) + len(value) > MAX_HEADER_LINE:
-            raise BadAnswer(f"the answer has a header line longer than {MAX_HEADER_LINE} bytes")
-        self.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    # No on_header: httptools would call into Python for every header line. The head is read
+    # from the bytes it came in, once llhttp has found it well formed (on_headers_complete).
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:
-            # An interim answer (103 Early Hints): the real one follows on the same connection.
-            self.headers = Headers()
-            self._lines = self._head_bytes = 0
+            self._interims += 1  # an interim answer (103 Early Hints): the real one follows
             return
-        headers = self.headers
+        head = self.raw_head = _final_head(b"".join(self._head_reads), self._interims)
+        self._head_reads = []
         self.status = status
-        coding = headers.get("content-encoding")
-        if coding is not None:
-            coding = coding.strip().lower()
+        low = _check_head(head)
+        at = low.find(b"\ncontent-encoding:")
+        if at >= 0:
+            coding = low[at + 18 : low.find(b"\n", at + 18)].strip().decode("latin-1")
             if coding and coding != "identity":
                 self.decoder = Decoder(coding)
         self._until_eof = (
-            "content-length" not in headers and "transfer-encoding" not in headers and status not in (204, 304)
+            b"\ncontent-length:" not in low and b"\ntransfer-encoding:" not in low and status not in (204, 304)
         )
         self.head_done = True
         self._wake()
@@ -318,3 +331,45 @@ class Connection(asyncio.Protocol):
         self.keep_alive = self._parser.should_keep_alive()
         self.due = 0.0
         self._wake()
+
+
+def _final_head(data: bytes, interims: int) -> bytes:
+    """The head of the final answer among the first bytes of a connection's answer: after the
+    heads of `interims` interim answers, up to its blank line (whose CRLF llhttp may take as LF)."""
+    start = end = 0
+    for _ in range(interims + 1):
+        start = end
+        crlf, lf = data.find(b"\r\n\r\n", start), data.find(b"\n\n", start)
+        end = crlf + 4 if crlf >= 0 and (lf < 0 or crlf < lf) else lf + 2
+    return data[start:end].lstrip(b"\r\n")
+
+
+def _check_head(head: bytes) -> bytes:
+    """The head in lower case; BadAnswer when it is larger than the client takes."""
+    if len(head) > MAX_HEAD:
+        raise BadAnswer(f"the answer's head is larger than {MAX_HEAD} bytes")
+    lines = head.split(b"\n")
+    if len(lines) > MAX_HEADERS + 3:  # the status line, and the blank line's two ends
+        raise BadAnswer(f"the answer has more than {MAX_HEADERS} header lines")
+    if max(map(len, lines)) > MAX_HEADER_LINE + 3:  # ": " is part of the bound; the CR is not
+        raise BadAnswer(f"the answer has a header line longer than {MAX_HEADER_LINE} bytes")
+    return head.lower()
+
+
+def _header_lines(head: bytes) -> dict[str, str]:
+    """The header lines of a head llhttp found well formed."""
+    headers: dict[str, str] = {}
+    name = ""
+    for line in head.split(b"\n")[1:]:
+        line = line.rstrip(b"\r")
+        if not line:
+            continue
+        if line[:1] in (b" ", b"\t"):  # an obsolete folded line goes on the value before it
+            if name in headers:
+                headers[name] = f"{headers[name]} {line.strip().decode('latin-1')}"
+            continue
+        raw, _, value = line.partition(b":")
+        name = raw.decode("latin-1").lower()
+        if name not in headers:
+            headers[name] = value.strip().decode("latin-1")
+    return headers

@@ -79,7 +79,7 @@ class Answer:
         self._pool = pool
         self._conn: Connection | None = conn
         self.status = conn.status
-        self.headers: Headers = conn.headers
+        self.headers = Headers(conn.raw_head)
 
     @property
     def content_length(self) -> int | None:
