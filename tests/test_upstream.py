@@ -200,8 +200,17 @@ async def pool() -> AsyncIterator[up.Pool]:
             None,
             b"GET / HTTP/1.1\r\nHost: HOST\r\nAuthorization: Basic dXNAZXI6cDpzcw==\r\n\r\n",
         ),
+        # The backend's own Host (a virtual host) and credentials win over the URL's: one of each.
+        ("GET", "/", {"host": "models.internal"}, None, b"GET / HTTP/1.1\r\nhost: models.internal\r\n\r\n"),
+        (
+            "GET",
+            "u:p@/",
+            {"Authorization": "Bearer t"},
+            None,
+            b"GET / HTTP/1.1\r\nHost: HOST\r\nAuthorization: Bearer t\r\n\r\n",
+        ),
     ],
-    ids=["post", "get", "percent-encoded", "userinfo", "encoded-userinfo"],
+    ids=["post", "get", "percent-encoded", "userinfo", "encoded-userinfo", "own-host", "own-credentials"],
 )
 async def test_the_request_goes_out_byte_for_byte(
     pool: up.Pool, method: str, url: str, headers: dict[str, str], body: bytes | None, expected: bytes

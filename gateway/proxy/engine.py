@@ -264,8 +264,8 @@ class ProxyEngine:
 
     # ---- whole answers -----------------------------------------------------------------------
 
-    async def complete(self, plan: Plan) -> Answer:
-        return await fanout.complete_parts(plan, self._complete if self._trace is None else self._traced_complete)
+    def complete(self, plan: Plan) -> Awaitable[Answer]:
+        return fanout.complete_parts(plan, self._complete if self._trace is None else self._traced_complete)
 
     async def _traced_complete(self, plan: Plan, part: Request) -> Answer:
         assert self._trace is not None

@@ -241,7 +241,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace)
             ex.status = resp.status
             return resp
-        result = await within(when, route.engine.complete(plan))
+        done = route.engine.complete(plan)
+        result = await (done if when is None else within(when, done))
         if trace is not None:
             trace.saw_answer(result)
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)

@@ -7,7 +7,7 @@ it fills in token ids; and the upstream requests it fans out to. The engine carr
 nothing after this point decides any of it again.
 """
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -155,7 +155,7 @@ class Engine(Protocol):
         self, req: Request, request_id: str, body_bytes: int, max_fanout: int, headers: Mapping[str, str] = NO_HEADERS
     ) -> Plan: ...
 
-    async def complete(self, plan: Plan) -> Answer: ...
+    def complete(self, plan: Plan) -> Awaitable[Answer]: ...
 
     async def open_stream(self, plan: Plan) -> EventStream: ...
 

@@ -93,6 +93,7 @@ class Connection(asyncio.Protocol):
         self.done = False
         self.keep_alive = False
         self.decoder: Decoder | None = None
+        self.length: int | None = None  # the answer's Content-Length, when it has one
         self._head_size = 0  # bytes read while the head was unfinished: bounds what the parser holds
         self._head_reads: list[bytes] = []  # those reads, in which the head is found
         self._interims = 0  # interim (1xx) answers passed over
@@ -138,7 +139,15 @@ class Connection(asyncio.Protocol):
     async def head(self) -> None:
         """Wait for the answer's head (interim 1xx answers are passed over)."""
         while not self.head_done:
-            await self._wait()
+            if self.fault is not None:
+                raise self.fault
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter  # the common wait, without a coroutine of its own to go through
+            finally:
+                self._waiter = None
+        if self.fault is not None:
+            raise self.fault
 
     async def take(self) -> bytes:
         """The body bytes that have come (decoded), waited for when none have; b"" at its end."""
@@ -310,9 +319,11 @@ class Connection(asyncio.Protocol):
             coding = low[at + 18 : low.find(b"\n", at + 18)].strip().decode("latin-1")
             if coding and coding != "identity":
                 self.decoder = Decoder(coding)
-        self._until_eof = (
-            b"\ncontent-length:" not in low and b"\ntransfer-encoding:" not in low and status not in (204, 304)
-        )
+        at = low.find(b"\ncontent-length:")
+        if at >= 0:
+            length = low[at + 16 : low.find(b"\n", at + 16)].strip()
+            self.length = int(length) if length.isdigit() else None
+        self._until_eof = at < 0 and b"\ntransfer-encoding:" not in low and status not in (204, 304)
         self.head_done = True
         self._wake()
 

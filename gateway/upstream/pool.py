@@ -73,18 +73,14 @@ class Answer:
     (`chunk`); then `release` gives the connection back, or `close` cuts it (and with it the
     backend's work on the request)."""
 
-    __slots__ = ("_conn", "_pool", "headers", "status")
+    __slots__ = ("_conn", "_pool", "content_length", "headers", "status")
 
     def __init__(self, pool: Pool, conn: Connection) -> None:
         self._pool = pool
         self._conn: Connection | None = conn
         self.status = conn.status
+        self.content_length = conn.length
         self.headers = Headers(conn.raw_head)
-
-    @property
-    def content_length(self) -> int | None:
-        value = self.headers.get("content-length")
-        return int(value) if value is not None and value.isdigit() else None
 
     async def chunk(self) -> bytes:
         """The body bytes that have come since the last call (decoded), at least one unless the
@@ -342,21 +338,21 @@ class Pool:
 
 def _request_bytes(method: str, target: Target, headers: Mapping[str, str], body: bytes | None) -> bytes:
     lines = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
-    if target.authorization is not None:
+    # The backend's own headers may name its Host (a virtual host behind an ingress) or its
+    # credentials; then the URL's are not sent as well.
+    named = ("\n" + lines).lower()
+    host = b"" if "\nhost:" in named else b"Host: %s\r\n" % target.host_header
+    auth = target.authorization is not None and "\nauthorization:" not in named
+    if auth:
         lines += f"Authorization: {target.authorization}\r\n"
     if body is not None:
         lines += f"Content-Length: {len(body)}\r\n"
     # A line break in a name or value would end the header early: a header of its own, or a
     # request of its own, smuggled in. Every CR and LF there is must be one of ours.
-    n = len(headers) + (target.authorization is not None) + (body is not None)
+    n = len(headers) + auth + (body is not None)
     if lines.count("\n") != n or lines.count("\r") != n or "\x00" in lines:
         raise Unsendable("a header name or value holds a line break or a NUL")
-    head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
-        method.encode("ascii"),
-        target.path,
-        target.host_header,
-        lines.encode("utf-8"),
-    )
+    head = b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method.encode("ascii"), target.path, host, lines.encode("utf-8"))
     if body is None:
         return head
     return head + body if len(body) < _JOIN_BELOW else b"".join((head, body))
