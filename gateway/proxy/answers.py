@@ -9,10 +9,9 @@ from gateway import jsonutil
 from gateway.codec.contract import StreamParser
 from gateway.neutral.errors import GatewayError, UpstreamClass, UpstreamError, UpstreamTimeout
 from gateway.neutral.events import Event
-from gateway.proxy.bodies import YIELD_EVERY
 from gateway.proxy.plan import UpstreamTimes
 from gateway.proxy.routing import Backend
-from gateway.upstream import Answer, Fault
+from gateway.upstream import YIELD_EVERY, Answer, Fault
 
 # What a codec raises on an answer that is not what its dialect says.
 READ_FAULTS = (jsonutil.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, IndexError)

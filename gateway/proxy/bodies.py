@@ -7,6 +7,3 @@ unread, whatever its Content-Length said (a compressed body counts as it decodes
 
 MAX_ERROR_BODY = 64 * 1024  # an error answer is read for its message; the rest is cut
 MAX_INFO_BODY = 1024 * 1024  # a model list, a model's metadata, a health document
-# A body already all there (decoded from a small compressed one) is read without waiting on
-# the socket, so without a turn of the event loop: one is given every this many bytes.
-YIELD_EVERY = 1024 * 1024

@@ -34,7 +34,7 @@ from gateway.neutral.errors import (
 from gateway.neutral.types import Answer, Request, Result
 from gateway.proxy import fanout
 from gateway.proxy.answers import READ_FAULTS, AnswerStream, malformed, too_large
-from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY, YIELD_EVERY
+from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
 from gateway.proxy.plan import NO_HEADERS, Plan, make_plan
 from gateway.proxy.routing import Backend, shown_url
@@ -110,13 +110,9 @@ class ProxyEngine:
         # No client header reaches a backend but the request id and the Inference Extension's
         # (plan.POOL_HEADERS, in call.headers): credentials belong to each side, and MindIE
         # steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
-        headers = (
-            {**b.headers, **call.headers, "X-Request-Id": request_id}
-            if call.headers
-            else b.headers | {"X-Request-Id": request_id}
-        )
-        if call.body is not None and "Content-Type" not in headers:
-            headers["Content-Type"] = "application/json"
+        headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
+        if call.body is not None:
+            headers.setdefault("Content-Type", "application/json")
         if trace is not None:
             trace.inject(headers)
         # A whole answer must be all there within timeout_s; a stream may run for long, but no
@@ -251,7 +247,7 @@ class ProxyEngine:
             except Fault as e:
                 raise UpstreamError(f"backend {b.name!r} failed: {type(e).__name__}") from None
             try:
-                body = await resp.read(MAX_INFO_BODY, YIELD_EVERY)
+                body = await resp.read(MAX_INFO_BODY)
             except Fault as e:
                 raise UpstreamError(f"backend {b.name!r} failed: {type(e).__name__}") from None
             finally:
@@ -285,7 +281,7 @@ class ProxyEngine:
         try:
             resp = await self._send(call, plan.request_id, _configured(plan, part), trace)
             try:
-                body = await resp.read(self._max_answer, YIELD_EVERY)
+                body = await resp.read(self._max_answer)
             except TimeoutError:
                 raise UpstreamTimeout(
                     f"backend {self.backend.name!r} did not answer within {self.backend.conf.timeout_s:g}s"

@@ -15,10 +15,11 @@ httptools' (llhttp, as Node.js has it).
 
 from gateway.upstream.connection import Headers
 from gateway.upstream.faults import BadAnswer, Broken, ConnectFailed, ConnectTimeout, Fault, ReadTimeout, Unsendable
-from gateway.upstream.pool import DEFAULT_HEADERS, Answer, Pool, Target
+from gateway.upstream.pool import DEFAULT_HEADERS, YIELD_EVERY, Answer, Pool, Target
 
 __all__ = [
     "DEFAULT_HEADERS",
+    "YIELD_EVERY",
     "Answer",
     "BadAnswer",
     "Broken",

@@ -266,9 +266,6 @@ class Connection(asyncio.Protocol):
             else:
                 self._fail(BadAnswer(f"the answer's head is not HTTP/1.1: {e}"))
 
-    def eof_received(self) -> bool | None:
-        return None  # the transport closes, and connection_lost says what that meant
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.due = 0.0
@@ -281,12 +278,6 @@ class Connection(asyncio.Protocol):
             else:
                 self._fail(Broken("the backend closed the connection without answering"))
         self.pool.lost(self)
-
-    def pause_writing(self) -> None:
-        pass  # a request is written whole; the transport holds what the socket has not taken
-
-    def resume_writing(self) -> None:
-        pass
 
     def _spoil(self) -> None:
         """Bytes came that no request asked for (after an answer, or while idle): a backend out

@@ -27,6 +27,9 @@ from gateway.upstream.faults import Broken, ConnectFailed, ConnectTimeout, Unsen
 # small next to the CPU it costs both sides (a backend that compresses anyway is decoded).
 DEFAULT_HEADERS = {"User-Agent": "llm-protocol-gateway", "Accept": "*/*", "Accept-Encoding": "identity"}
 KEEP_IDLE_S = 15.0  # a connection unused this long is closed rather than used again
+# A body already all there (decoded from a small compressed one) is read without waiting on the
+# socket, so without a turn of the event loop: one is given every this many bytes.
+YIELD_EVERY = 1024 * 1024
 # A body up to this size goes in the same write as the head.
 _JOIN_BELOW = 64 * 1024
 
@@ -90,10 +93,10 @@ class Answer:
             return b""
         return await conn.take()
 
-    async def read(self, limit: int, yield_every: int = 1024 * 1024) -> bytes | None:
+    async def read(self, limit: int) -> bytes | None:
         """The whole body, decoded; None when it is longer than `limit` bytes (nothing more is
-        read, and `release` will close the connection). A body already all there, as a
-        decoded small compressed one may be, gives the event loop a turn every `yield_every`."""
+        read, and `release` will close the connection). The event loop gets a turn every
+        YIELD_EVERY bytes."""
         conn = self._conn
         if conn is None:
             return b""
@@ -102,14 +105,14 @@ class Answer:
             return None
         parts: list[bytes] = []
         size = 0
-        turn = yield_every
+        turn = YIELD_EVERY
         while piece := await conn.take():
             size += len(piece)
             if size > limit:
                 return None
             parts.append(piece)
             if size >= turn:
-                turn += yield_every
+                turn += YIELD_EVERY
                 await asyncio.sleep(0)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
