@@ -166,3 +166,21 @@ def test_no_template(tmp_path: Path) -> None:
     assert "chat_template" not in json.loads((tmp_path / "tokenizer_config.json").read_text())
     with pytest.raises(FileNotFoundError):
         ChatTemplate.load(folder)
+
+
+def test_attribute_reads_on_dicts_render_as_the_stock_sandbox_does() -> None:
+    # The quick path for `message.role` must give what jinja's own sandbox gives: keys that are
+    # not dict methods, methods that shadow keys, missing keys as undefined, other objects as is.
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from gateway.adapters.template import _ENV
+
+    source = (
+        "{{ m.role }}|{{ m.missing is defined }}|{{ m.items is callable }}|{{ m.get('role') }}|"
+        "{{ m.nested.deep }}|{{ m.nested.none is none }}|{{ s.upper() }}|{{ l.0 }}|"
+        "{% for k, v in m.items() %}{{ k }}{% endfor %}|{{ m.missing or 'none' }}"
+    )
+    values = {"m": {"role": "user", "items": 3, "nested": {"deep": 1, "none": None}}, "s": "ab", "l": [5]}
+    stock = ImmutableSandboxedEnvironment().from_string(source).render(**values)
+    assert _ENV.from_string(source).render(**values) == stock
+    assert stock == "user|False|True|user|1|True|AB|5|roleitemsnested|none"

@@ -57,10 +57,29 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+# The names a plain dict answers as attributes (it has no others: no instance __dict__).
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """The sandbox transformers renders with, quicker on what templates read most.
+
+    `message.role` on a dict first tries the attribute, which a dict lacks, and only then the
+    key; the failed attempt raises and catches an exception, a third of a short template's
+    rendering time. A plain dict's attributes are known in advance, so any other name goes
+    straight to the key, with the same result as the slow way, a missing key included."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, jinja2.ext.loopcontrols]
-    )
+    env = _Environment(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

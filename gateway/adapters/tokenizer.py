@@ -15,6 +15,8 @@ from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from gateway.adapters.counting import PieceCounter
+
 _REPLACEMENT = "\ufffd"
 # Ids this many are decoded by the batch call, which releases the GIL.
 _LONG_IDS = 1024
@@ -78,6 +80,10 @@ class Tokenizer:
         if self.eos_token is not None:
             self.eos_token_id = self._tok.token_to_id(self.eos_token)
         self._register_added(config)
+        # Counts and ids are the whole text's: no length cut or padding from tokenizer.json.
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        self._pieces = PieceCounter.build(self._tok, self.count)
 
     def _register_added(self, config: dict[str, Any]) -> None:
         # tokenizer_config.json can declare special tokens tokenizer.json lacks; add them so
@@ -127,6 +133,11 @@ class Tokenizer:
 
     def count(self, text: str) -> int:
         return len(self._encoding(text, False))  # the length, without a list of every id
+
+    def count_prompt(self, text: str) -> int:
+        """`count`, for text that repeats from request to request (a chat prompt): what was
+        counted before is not counted again (gateway.adapters.counting)."""
+        return self.count(text) if self._pieces is None else self._pieces.count(text)
 
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._tok.token_to_id(token)

@@ -6,6 +6,7 @@ client on a Triton backend has its body forwarded as it is (it already speaks th
 parameter names); only the model in the path changes. See docs/dialects/triton.md.
 """
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -149,6 +150,15 @@ def _options(backend: BackendView) -> Options:
     return opts if isinstance(opts, Options) else Options()
 
 
+@functools.lru_cache(maxsize=256)
+def generate_path(model: str, version: str | None, stream: bool) -> str:
+    """The generate path of a model (and version); remembered, as routes ask for few."""
+    base = "/v2/models/" + quote(model, safe="")
+    if version:
+        base += "/versions/" + quote(version, safe="")
+    return base + ("/generate_stream" if stream else "/generate")
+
+
 def _prompt_count(st: CallState, tok: Tokenizer | None, asked: bool) -> Callable[[], None] | None:
     """What counts the prompt while the backend answers, unless the server was asked to report
     the count itself (the vLLM backend's num_input_tokens) or there is no tokenizer."""
@@ -169,14 +179,6 @@ class TritonOutbound:
         # sequence is finished in the event with its last text; TRT-LLM's stream just ends.
         return Carriage(FATES[flavor], finish_in_band=flavor != "trtllm")
 
-    def _path(self, opts: Options, model: str, stream: bool, version: str | None) -> str:
-        """The generate path; the version the client named, else the configured one, if any."""
-        base = "/v2/models/" + quote(model, safe="")
-        version = version or opts.model_version
-        if version:
-            base += "/versions/" + quote(version, safe="")
-        return base + ("/generate_stream" if stream else "/generate")
-
     def build(self, out: Outgoing) -> UpstreamCall:
         req, backend = out.req, out.backend
         opts = _options(backend)
@@ -185,7 +187,8 @@ class TritonOutbound:
                 f"backend {backend.name!r} (triton generate) cannot compute embeddings", code="unsupported_task"
             )
         model = backend.model or client_model_name(req.model)
-        path = self._path(opts, model, req.stream, req.path_params.get("version"))
+        # The version the client named, else the configured one, if any.
+        path = generate_path(model, req.path_params.get("version") or opts.model_version, req.stream)
         if out.same_wire and req.raw is not None:
             # The client speaks this server's wire: its body goes as it is, and the answer comes
             # back as it is, but for the model's name when the route exposes another.
@@ -201,9 +204,8 @@ class TritonOutbound:
         prompt = prompt_text(req, backend)
         p = req.params
         max_tokens = p.max_tokens or opts.default_max_tokens
-        body = BUILDERS[opts.flavor](
-            p.replace(max_tokens=max_tokens), out.request_id, prompt, req.stream, opts.count_tokens
-        )
+        sent = p if max_tokens == p.max_tokens else p.replace(max_tokens=max_tokens)
+        body = BUILDERS[opts.flavor](sent, out.request_id, prompt, req.stream, opts.count_tokens)
         st = CallState(opts.flavor, prompt, max_tokens)
         st.stops_requested = bool(p.stop)
         st.expect_final = opts.flavor == "mindie"

@@ -42,7 +42,7 @@ class CallState:
     def count_prompt(self) -> None:
         """The prompt's tokens, counted with the tokenizer (once)."""
         if self.prompt_tokens is None and self.tokenizer is not None:
-            self.prompt_tokens = self.tokenizer.count(self.prompt)
+            self.prompt_tokens = self.tokenizer.count_prompt(self.prompt)
 
     def relay(self, data: bytes) -> bytes:
         """An answer or event as the client gets it on a pass-through: the model renamed."""
