@@ -523,8 +523,10 @@ class Row:
     # with a floor measured on either side of it.
     floor_rps: float | None = None
     floor_cpu_us_per_req: float | None = None
+    floor_p50_ms: float | None = None
     # A gateway row is the median of its rounds (Settings.rounds), each between floor runs: every
-    # round's ratio to its floor (requests/s; CPU per request for paced rows), in run order.
+    # round's ratio to its floor (requests/s; CPU per request for paced rows, p50 for one
+    # connection), in run order.
     round_ratios: list[float] = field(default_factory=list)
     vs_floor: dict[str, float] = field(default_factory=dict)
     vs_direct: dict[str, float] = field(default_factory=dict)
@@ -536,6 +538,7 @@ def set_floor(row: Row, refs: list[Row]) -> None:
     if good:
         row.floor_rps = sum(r.rps for r in good) / len(good)
         row.floor_cpu_us_per_req = sum(r.cpu_us_per_req or 0.0 for r in good) / len(good)
+        row.floor_p50_ms = sum(r.p50_ms for r in good) / len(good)
 
 
 @dataclass
@@ -816,6 +819,7 @@ class Bench:
                 ("stream", fb.stream_path, fb.stream_body, True),
             ):
                 refs[kind] = (floor[0] + path, body, check(floor[0] + path, fb.shape, stream, body, answer))
+            refs["latency"] = refs["json"]
         for sc in SCENARIOS:
             for kind, path, body, stream in (
                 ("json", sc.json_path, sc.json_body, False),
@@ -834,7 +838,13 @@ class Bench:
                 )
             url = f"{base}/json/{sc.key}{sc.json_path}"
             expect = self.checked("gateway", sc, "latency", url, sc.json_body, False)
-            self.measure("gateway", sc, "latency", url, sc.json_body, 1, pids, expect)
+            self.rows.append(
+                self.rounds(
+                    partial(self.measure, "gateway", sc, "latency", url, sc.json_body, 1, pids, expect, record=False),
+                    None if floor is None else partial(self.floor_ref, floor[1], "latency", refs["latency"], 1),
+                    by="p50",
+                )
+            )
         paced_ref = None
         if paced_floor is not None:
             furl = paced_floor[0] + BASELINE.stream_path
@@ -853,16 +863,17 @@ class Bench:
                     None
                     if paced_floor is None or paced_ref is None
                     else partial(self.floor_ref, paced_floor[1], "paced", paced_ref, n),
-                    by_cpu=True,
+                    by="cpu",
                 )
             )
 
-    def rounds(self, gateway: Callable[[], Row], floor: Callable[[], Row] | None, by_cpu: bool = False) -> Row:
+    def rounds(self, gateway: Callable[[], Row], floor: Callable[[], Row] | None, by: str = "rps") -> Row:
         """A gateway row from `Settings.rounds` runs, each between two floor runs (the one after
         a round is the one before the next): the round whose ratio to the mean of its two floor
         runs is the median, with every round's ratio. The machine's speed drifts over seconds as
         well as minutes, and a median of interleaved rounds holds where one pair does not. A
-        round that failed fails the row."""
+        round that failed fails the row. `by`: the figure the ratio is of, requests/s, or CPU per
+        request or p50 (for those, less is better and the ratio is the gateway's over the floor's)."""
         if floor is None:
             return gateway()
         done: list[Row] = []
@@ -877,8 +888,10 @@ class Bench:
                 return row
 
         def ratio(r: Row) -> float:
-            if by_cpu:
+            if by == "cpu":
                 return (r.cpu_us_per_req or 0.0) / r.floor_cpu_us_per_req if r.floor_cpu_us_per_req else 0.0
+            if by == "p50":
+                return r.p50_ms / r.floor_p50_ms if r.floor_p50_ms else 0.0
             return r.rps / r.floor_rps if r.floor_rps else 0.0
 
         median = sorted(done, key=ratio)[len(done) // 2]
@@ -1048,6 +1061,8 @@ class Bench:
                     out["rps"] = row.rps / row.floor_rps
                     if row.cpu_us_per_req and row.floor_cpu_us_per_req:
                         out["cpu_per_req"] = row.cpu_us_per_req / row.floor_cpu_us_per_req
+                    if row.floor_p50_ms:
+                        out["p50_ms"] = row.p50_ms / row.floor_p50_ms
                 setattr(row, attr, out)
             direct = self.good("direct", BASELINE.key, "latency")
             if row.kind == "latency" and direct is not None and row is not direct and not row.failed:
@@ -1068,13 +1083,18 @@ class Bench:
             scenarios = [sc for sc in SCENARIOS if sc.translating == translating]
             rows = [(self.good("gateway", sc.key, kind), sc) for sc in scenarios]
             failed = [sc.title for r, sc in rows if r is None]
-            values = [(v, sc) for r, sc in rows if r is not None and (v := figure(r)) is not None]
+            values = [(v, sc, r) for r, sc in rows if r is not None and (v := figure(r)) is not None]
             if failed or not values:
                 add(target, None, False, "failed: " + ", ".join(failed) if failed else "not measured")
                 return
             ceiling = kind == "latency"
-            v, sc = (max if ceiling else min)(values, key=lambda x: x[0])
-            where = f" (worst: {sc.title})" if len(values) > 1 else ""
+            v, sc, row = (max if ceiling else min)(values, key=lambda x: x[0])
+            where = f"worst: {sc.title}" if len(values) > 1 else ""
+            direct = self.good("direct", BASELINE.key, "latency")
+            if ceiling and row.floor_p50_ms and direct:
+                # The absolute bound leans on the machine's speed: the floor's figure beside it says how.
+                where += f"{'; ' if where else ''}the floor's beside it: {row.floor_p50_ms - direct.p50_ms:.2f} ms"
+            where = f" ({where})" if where else ""
             add(target, v, v <= bound if ceiling else v >= bound, f"{v:.2f}{' ms' if ceiling else 'x'}{where}")
 
         for target, kind, translating, bound in (
@@ -1172,13 +1192,20 @@ def markdown(bench: Bench, info: dict[str, Any], command: str) -> str:
                 digits = ",.0f" if cpu == "cpu_us_per_req" else ".2f"
                 cells += [_n(row.rps), _x(row.vs_floor, "rps"), _x(row.vs_direct, "rps"), _n(getattr(row, cpu), digits)]
         out.append("| " + " | ".join(cells) + " |")
-    out += ["", "| 1 connection, JSON | p50 ms | p99 ms | added p50 ms |", "|---|---:|---:|---:|"]
+    out += [
+        "",
+        "| 1 connection, JSON | p50 ms | p99 ms | added p50 ms | the floor's added p50 beside it, ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    direct = bench.good("direct", BASELINE.key, "latency")
     for proxy, sc, title in named:
         row = bench.find(proxy, sc.key, "latency")
         if row is None or row.failed:
-            out.append(f"| {title} | FAILED | | |")
+            out.append(f"| {title} | FAILED | | | |")
         else:
-            out.append(f"| {title} | {row.p50_ms:.3f} | {row.p99_ms:.3f} | {_n(row.added_p50_ms, '+.3f')} |")
+            beside = row.floor_p50_ms - direct.p50_ms if row.floor_p50_ms and direct else None
+            cells = [f"{row.p50_ms:.3f}", f"{row.p99_ms:.3f}", _n(row.added_p50_ms, "+.3f"), _n(beside, "+.3f")]
+            out.append(f"| {title} | " + " | ".join(cells) + " |")
     out += [
         "",
         f"| paced streams: {s.paced_connections} connections, {s.paced_gap_ms:g} ms between events "
