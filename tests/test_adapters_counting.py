@@ -42,6 +42,7 @@ def test_counts_equal_the_whole_texts_count(tok: Tokenizer) -> None:
 def test_a_chat_turn_counts_only_its_new_text(tok: Tokenizer) -> None:
     counted: list[str] = []
     assert tok._pieces is not None
+
     def count(text: str) -> int:
         counted.append(text)
         return tok.count(text)

@@ -87,3 +87,11 @@ def test_a_gateway_row_is_its_median_round_each_against_the_floor_beside_it(tmp_
 
     row = bench(3).rounds(failing, runs([100, 100], "floor", []))
     assert row.failed and row.rps == 10.0
+
+    # One connection: the ratio is of p50, the gateway's over the floor's beside it.
+    def latency(figures: list[float], proxy: str):
+        it = iter(figures)
+        return lambda: Row(proxy, "s", "t", "latency", 1, 1, rps=1.0, p50_ms=next(it), cpu_us_per_req=1.0)
+
+    row = bench(3).rounds(latency([0.3, 0.5, 0.4], "gateway"), latency([0.3, 0.3, 0.5, 0.3], "floor"), by="p50")
+    assert (row.p50_ms, row.floor_p50_ms, row.round_ratios) == (0.4, 0.4, [1.0, 1.25, 1.0])

@@ -4,9 +4,10 @@ The tokenizer cuts its input at added tokens (the model's special tokens) before
 and encodes each stretch between two of them on its own. So a prompt holds as many tokens as
 it has added tokens, plus the tokens of each stretch. A chat prompt is mostly stretches seen
 before: the template's scaffolding, and turn after turn the same earlier messages, each
-between the template's special tokens. Their counts are remembered (the least recently used
-let go first), so a new turn costs the tokenizer only its new text rather than the whole
-conversation again.
+between the template's special tokens. Their counts are remembered, so a new turn costs the
+tokenizer only its new text rather than the whole conversation again. When the memory is full
+the oldest counts are let go first: one that is needed again costs a tokenizer call, and a hit
+stays a single lookup (no reordering, no lock).
 
 That holds only when each stretch really is encoded alone: no added token that swallows the
 spaces beside it, matches only whole words or matches after normalization, and no
@@ -88,11 +89,9 @@ class PieceCounter:
         return n
 
     def _piece(self, piece: str) -> int:
-        with self._lock:
-            n = self._known.get(piece)
-            if n is not None:
-                self._known.move_to_end(piece)
-                return n
+        n = self._known.get(piece)  # one call, safe without the lock
+        if n is not None:
+            return n
         n = self._count(piece)
         if len(piece) <= LONGEST_CACHED:
             with self._lock:

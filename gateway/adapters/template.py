@@ -146,6 +146,7 @@ class ChatTemplate:
         self._compiled = {name: _flat(_ENV.from_string(src)) for name, src in templates.items()}
         self._list_aware = {name: bool(_LIST_AWARE.search(src)) for name, src in templates.items()}
         self.specials = specials or {}
+        self._named = {k: v for k, v in self.specials.items() if v is not None}
 
     @classmethod
     def load(cls, folder: str) -> ChatTemplate:
@@ -176,7 +177,7 @@ class ChatTemplate:
     ) -> str:
         name = "tool_use" if tools and "tool_use" in self._compiled else "default"
         list_content = self._list_aware[name]
-        variables: dict[str, Any] = {k: v for k, v in self.specials.items() if v is not None}
+        variables: dict[str, Any] = dict(self._named)
         variables.update(kwargs)
         variables.update(
             messages=[message_dict(m, list_content) for m in messages],
