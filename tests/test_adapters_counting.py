@@ -68,6 +68,12 @@ def test_what_is_remembered_is_bounded(tok: Tokenizer, monkeypatch: pytest.Monke
     assert counter.count(long) == tok.count(long)
     assert long not in counter._known
 
+    monkeypatch.setattr(counting, "CACHE_CHARS", 10_000)
+    monkeypatch.setattr(counting, "CACHE_ENTRIES", 10)
+    for i in range(100):
+        counter.count(f"<|im_start|>{i}<|im_end|>")
+    assert len(counter._known) == 10 and counter._chars == sum(map(len, counter._known))
+
 
 def _trained(pre: pre_tokenizers.PreTokenizer | None, normalizer: normalizers.Normalizer | None = None) -> HFTokenizer:
     inner = HFTokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))

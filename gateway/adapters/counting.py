@@ -26,8 +26,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-# How much text the counts are kept for, in characters, and the longest one stretch may be.
+# How much text the counts are kept for, in characters and in stretches (so that many short
+# stretches cannot hold more memory than a few long ones), and the longest one stretch may be.
 CACHE_CHARS = 1 << 21
+CACHE_ENTRIES = 1 << 14
 LONGEST_CACHED = CACHE_CHARS // 4
 
 
@@ -98,7 +100,7 @@ class PieceCounter:
                 if piece not in self._known:
                     self._known[piece] = n
                     self._chars += len(piece)
-                    while self._chars > CACHE_CHARS:
+                    while self._chars > CACHE_CHARS or len(self._known) > CACHE_ENTRIES:
                         old, _ = self._known.popitem(last=False)
                         self._chars -= len(old)
         return n
