@@ -1173,8 +1173,8 @@ def markdown(bench: Bench, info: dict[str, Any], command: str) -> str:
         f"{info['date']}; {info['arch']}, {info['cpu']}, {info['nproc']} cores, Linux {info['kernel']}; Python "
         f"{info['python']}, aiohttp {info['aiohttp']}, {info['wrk']}, nginx {info['nginx']}; gateway at {info['git']}.",
         f"Command: `{command}`. Proxy on core {bench.proxy_core[0]}; nginx, wrk and the paced upstream on core "
-        f"{bench.load_core[0]}. {s.seconds} s per run; wrk -t1. Each gateway JSON, stream, paced and one-connection row is the "
-        f"median of {s.rounds} round(s), each against the floor runs just before and after it.",
+        f"{bench.load_core[0]}. {s.seconds} s per run; wrk -t1. Each gateway JSON, stream, paced and one-connection "
+        f"row is the median of {s.rounds} round(s), each against the floor runs just before and after it.",
         "",
         f"| {s.connections} connections | JSON req/s | x floor | x direct | CPU us/req "
         f"| {s.stream_events}-event streams/s | x floor | x direct | CPU us/event |",
