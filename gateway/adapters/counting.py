@@ -70,13 +70,13 @@ class PieceCounter:
         """A counter for the `tokenizers.Tokenizer` `inner`, or None when its stretches are not
         encoded alone."""
         added = list(inner.get_added_tokens_decoder().values())
-        if not added or any(t.lstrip or t.rstrip or t.single_word or t.normalized for t in added):
+        if not added or any(t.lstrip or t.rstrip or t.single_word or t.normalized or not t.content for t in added):
             return None
         pre = inner.pre_tokenizer
         if pre is not None and _metaspace_first(json.loads(pre.__getstate__())):
             return None
-        counter = cls(count, [t.content for t in added])
         tokens = [t.content for t in added]
+        counter = cls(count, tokens)
         if any(counter.count(text) != count(text) for text in _samples(tokens)):
             return None
         counter.clear()
