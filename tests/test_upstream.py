@@ -610,3 +610,25 @@ async def test_a_reader_that_reads_nothing_holds_the_backend_back(pool: up.Pool)
         assert answer._conn is not None and answer._conn._buffered <= 1 << 20  # what it holds
         assert b"".join(await chunks(answer)) == body
         answer.release()
+
+
+async def test_meanwhile_runs_once_the_request_is_written_before_its_answer(pool: up.Pool) -> None:
+    # The backend answers only once the work is done: the work cannot wait for the answer.
+    done = asyncio.Event()
+    calls: list[None] = []
+
+    async def handle(peer: Peer) -> None:
+        await peer.request()
+        await done.wait()
+        await peer.send(OK)
+        await peer.rest()
+
+    def work() -> None:
+        calls.append(None)
+        done.set()
+
+    async with Server(handle) as srv:
+        answer = await pool.request(srv.target(), "GET", {}, None, connect_timeout=5, timeout=5, meanwhile=work)
+        assert await answer.read(100) == b"ok"
+        answer.release()
+    assert len(calls) == 1

@@ -145,8 +145,8 @@ class ChatTemplate:
         self._sources = templates
         self._compiled = {name: _flat(_ENV.from_string(src)) for name, src in templates.items()}
         self._list_aware = {name: bool(_LIST_AWARE.search(src)) for name, src in templates.items()}
-        self.specials = specials or {}
-        self._named = {k: v for k, v in self.specials.items() if v is not None}
+        # The named special tokens the model has, as the variables every render starts from.
+        self._named = {k: v for k, v in (specials or {}).items() if v is not None}
 
     @classmethod
     def load(cls, folder: str) -> ChatTemplate:

@@ -181,8 +181,6 @@ class ProxyEngine:
                 raise failure from None
             if trace is not None:
                 trace.replied(i, n, call.method, target, resp.status)
-            if call.meanwhile is not None:
-                call.meanwhile()  # done already, unless the request went out more than once
             if resp.status < 300:
                 b.health.succeeded(i)
                 return resp

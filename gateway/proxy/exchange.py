@@ -241,8 +241,7 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace)
             ex.status = resp.status
             return resp
-        done = route.engine.complete(plan)
-        result = await (done if when is None else within(when, done))
+        result = await within(when, route.engine.complete(plan))
         if trace is not None:
             trace.saw_answer(result)
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
