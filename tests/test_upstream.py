@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 import gateway.upstream as up
+from gateway.upstream import connection
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 HELD = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello"  # half a body; the rest never comes
@@ -328,6 +329,48 @@ async def test_a_connection_is_reused_only_after_a_whole_answer_released(
             answer.close()
         else:
             answer.release()
+        assert await fetch(pool, srv.target()) == b"ok"
+    assert (srv.accepts, len(srv.requests)) == (connections, 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (b"timeout=5", 4.0),
+        (b"timeout=5, max=100", 4.0),
+        (b"max=99,timeout=2", 1.0),
+        (b' timeout="3"\r', 2.0),
+        (b"timeout=1.5", 0.5),
+        (b"timeout=1", 0.0),
+        (b"timeout=0", 0.0),
+        (b"timeout=600", 4.0),
+        (b"timeout=soon", 4.0),
+        (b"max=5", 4.0),
+        (b"", 4.0),
+    ],
+)
+def test_keep_alive_timeouts_are_kept_under(value: bytes, seconds: float) -> None:
+    assert connection.keep_for(value) == seconds
+
+
+@pytest.mark.parametrize(
+    ("announced", "wait", "connections"),
+    [(None, 0.3, 1), (None, 0.7, 2), (b"timeout=1.2", 0.05, 1), (b"timeout=1.2", 0.3, 2), (b"timeout=1", 0.0, 2)],
+    ids=["default-soon", "default-past", "announced-soon", "announced-past", "announced-nothing-left"],
+)
+async def test_a_connection_unused_past_its_time_is_not_used_again(
+    pool: up.Pool, monkeypatch: pytest.MonkeyPatch, announced: bytes | None, wait: float, connections: int
+) -> None:
+    """The gateway lets go of an idle connection before the backend would close it under a
+    request: after KEEP_IDLE_S (here 0.6 s), or a second under a shorter timeout the backend
+    announces."""
+    monkeypatch.setattr(connection, "KEEP_IDLE_S", 0.6)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+    if announced is not None:
+        head += b"Keep-Alive: " + announced + b"\r\n"
+    async with Server(answering(head + b"\r\nok", pause=0)) as srv:
+        assert await fetch(pool, srv.target()) == b"ok"
+        await asyncio.sleep(wait)
         assert await fetch(pool, srv.target()) == b"ok"
     assert (srv.accepts, len(srv.requests)) == (connections, 2)
 

@@ -23,6 +23,13 @@ MAX_HEADER_LINE = 8190
 MAX_HEADERS = 100
 MAX_HEAD = 64 * 1024
 HIGH_WATER = 256 * 1024  # body bytes held before reading from the socket pauses
+# How long a connection may sit unused and still take a request. A backend closes an idle
+# connection on its own clock, and a request written as it does so is lost with it (a POST is
+# never sent twice), so the gateway lets go first: under the 5 s after which uvicorn (vLLM's,
+# SGLang's, LiteLLM's server) and Node close one. A backend that announces its own timeout
+# (`Keep-Alive: timeout=N`) is left a second's margin under that, when it is shorter.
+KEEP_IDLE_S = 4.0
+KEEP_MARGIN_S = 1.0
 
 
 class Headers(Mapping[str, str]):
@@ -78,7 +85,7 @@ class Connection(asyncio.Protocol):
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.lost = False
-        self.idle_at = 0.0  # when it went back to the pool
+        self.idle_until = 0.0  # once back in the pool: the loop's time after which it is not used
         self.reused = False  # it served an answer before this one
         self._parser = httptools.HttpResponseParser(self)
         self._loop = pool.loop
@@ -92,6 +99,7 @@ class Connection(asyncio.Protocol):
         self.head_done = False
         self.done = False
         self.keep_alive = False
+        self.keep_s = KEEP_IDLE_S  # how long it may then sit unused (`Keep-Alive: timeout=`)
         self.decoder: Decoder | None = None
         self.length: int | None = None  # the answer's Content-Length, when it has one
         self._head_size = 0  # bytes read while the head was unfinished: bounds what the parser holds
@@ -315,6 +323,9 @@ class Connection(asyncio.Protocol):
             length = low[at + 16 : low.find(b"\n", at + 16)].strip()
             self.length = int(length) if length.isdigit() else None
         self._until_eof = at < 0 and b"\ntransfer-encoding:" not in low and status not in (204, 304)
+        at = low.find(b"\nkeep-alive:")
+        if at >= 0:
+            self.keep_s = keep_for(low[at + 12 : low.find(b"\n", at + 12)])
         self.head_done = True
         self._wake()
 
@@ -333,6 +344,19 @@ class Connection(asyncio.Protocol):
         self.keep_alive = self._parser.should_keep_alive()
         self.due = 0.0
         self._wake()
+
+
+def keep_for(value: bytes) -> float:
+    """How long a connection may sit unused, given its `Keep-Alive` header's value (lower case):
+    a second under the `timeout=` it announces, at most KEEP_IDLE_S; 0 when that leaves nothing."""
+    for param in value.split(b","):
+        name, _, n = param.partition(b"=")
+        if name.strip() == b"timeout":
+            try:
+                return max(0.0, min(KEEP_IDLE_S, float(n.strip(b' \t\r"')) - KEEP_MARGIN_S))
+            except ValueError:
+                break
+    return KEEP_IDLE_S
 
 
 def _final_head(data: bytes, interims: int) -> bytes:

@@ -26,7 +26,6 @@ from gateway.upstream.faults import Broken, ConnectFailed, ConnectTimeout, Unsen
 # Sent unless a backend's own headers say otherwise. Compression is not asked for: answers are
 # small next to the CPU it costs both sides (a backend that compresses anyway is decoded).
 DEFAULT_HEADERS = {"User-Agent": "llm-protocol-gateway", "Accept": "*/*", "Accept-Encoding": "identity"}
-KEEP_IDLE_S = 15.0  # a connection unused this long is closed rather than used again
 # A body already all there (decoded from a small compressed one) is read without waiting on the
 # socket, so without a turn of the event loop: one is given every this many bytes.
 YIELD_EVERY = 1024 * 1024
@@ -247,10 +246,10 @@ class Pool:
         idle = self._idle.get(key)
         if not idle:
             return None
-        too_old = self.loop.time() - KEEP_IDLE_S
+        now = self.loop.time()
         while idle:
             conn = idle.pop()
-            if conn.lost or conn.idle_at < too_old or conn.transport is None or conn.transport.is_closing():
+            if conn.lost or conn.idle_until <= now or conn.transport is None or conn.transport.is_closing():
                 conn.close()
                 continue
             return conn
@@ -282,13 +281,14 @@ class Pool:
             return
         self._using.discard(conn)
         self._busy -= 1
-        if keep and not self.closed:
-            conn.idle_at = self.loop.time()
+        if keep and conn.keep_s > 0 and not self.closed:
+            now = self.loop.time()
+            conn.idle_until = now + conn.keep_s
             idle = self._idle.setdefault(conn.key, [])
             idle.append(conn)
             # The longest unused is first: past its time it goes, so a burst's extra connections
             # do not stay open for good.
-            if len(idle) > 1 and idle[0].idle_at < conn.idle_at - KEEP_IDLE_S:
+            if len(idle) > 1 and idle[0].idle_until <= now:
                 idle.pop(0).close()
         else:
             conn.close()
