@@ -183,12 +183,20 @@ async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> byt
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(too_large) from None
     except RequestPayloadError:
-        raise InvalidRequest(
-            "The request body could not be read: it does not decode as its Content-Encoding says, or it broke off",
-            code="invalid_body",
-        ) from None
+        raise _undecodable() from None
+    if not body and request.body_exists and request.content.total_raw_bytes:
+        # aiohttp ends a gzip body cut short without a word (only deflate's end is checked): the
+        # bytes sent decoded to nothing, which is not "an empty body".
+        raise _undecodable()
     svc.budget.settle_body(ticket, len(body))
     return body
+
+
+def _undecodable() -> InvalidRequest:
+    return InvalidRequest(
+        "The request body could not be read: it does not decode as its Content-Encoding says, or it broke off",
+        code="invalid_body",
+    )
 
 
 async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: Inbound) -> web.StreamResponse:
