@@ -156,6 +156,59 @@ async def test_a_body_that_comes_too_slowly_gets_408_in_the_dialects_shape(upstr
     assert upstream.requests == []
 
 
+def expecting(length: int, key: str = "good", expect: str = "100-continue") -> bytes:
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {key}\r\nExpect: {expect}\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("key", "length", "expect", "status", "code"),
+    [
+        ("good", 2000, "100-continue", 413, None),
+        ("wrong", 20, "100-continue", 401, "invalid_api_key"),
+        ("good", 20, "something-else", 417, None),
+    ],
+    ids=["too-large", "no-key", "unknown-expectation"],
+)
+async def test_a_client_that_waits_for_100_continue_is_refused_before_it_sends_its_body(
+    upstream, key, length, expect, status, code
+):
+    """The first answer is the refusal, not `100 Continue`: the body is never asked for."""
+    cfg = limited(upstream.url, max_body_bytes=1000)
+    cfg["auth"] = {"api_keys": ["good"]}
+    async with guarded(cfg) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(expecting(length, key, expect))
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 %d" % status)
+        size = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:])
+        err = jsonutil.loads(await reader.readexactly(size))["error"]
+        assert code is None or err["code"] == code
+        writer.close()
+    assert upstream.requests == []
+
+
+async def test_a_client_that_waits_for_100_continue_is_asked_for_its_body(upstream):
+    upstream.reply = raw_reply(raw("chat_response.json"))
+    cfg = limited(upstream.url)
+    cfg["auth"] = {"api_keys": ["good"]}
+    body = jsonutil.dumps(CHAT)
+    async with guarded(cfg) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(expecting(len(body)))
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(body)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        writer.close()
+    assert len(upstream.requests) == 1
+
+
 async def unfinished_bodies(port: int, n: int, size: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     conns = []
     for _ in range(n):

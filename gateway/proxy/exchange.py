@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
@@ -171,6 +171,8 @@ async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> byt
     if length is not None and length > limit:
         raise PayloadTooLarge(too_large)
     svc.budget.reserve_body(ticket, limit if length is None else length)
+    if request.headers.get("Expect") is not None and not request.content.is_eof():
+        await _continue(request)
     deadline = svc.limits.client_body_timeout_s
     try:
         if request.content.is_eof():
@@ -190,6 +192,26 @@ async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> byt
         raise _undecodable()
     svc.budget.settle_body(ticket, len(body))
     return body
+
+
+async def _continue(request: web.Request) -> None:
+    """A client that waits to be asked for its body (`Expect: 100-continue`) is asked here, once
+    its headers have passed every check before the body (API key, declared size, limits): one
+    refused gets its error without sending a body no one would read. (aiohttp would have asked
+    before any of them; `continue_later` keeps it from doing so.)"""
+    if request.version == HttpVersion11 and request.headers["Expect"].lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer's own size is what is counted and logged
+
+
+async def continue_later(request: web.Request) -> web.StreamResponse | None:
+    """aiohttp's hook for a request's `Expect` header, on the inference paths: `100-continue` is
+    left to the exchange (`_continue`); any other expectation cannot be met (417)."""
+    expect = request.headers.get("Expect", "")
+    if expect.lower() == "100-continue":
+        return None
+    text = f"Expectation Failed: the gateway meets only 100-continue, not {expect!r}"
+    return web.json_response({"error": text}, status=417)
 
 
 def _undecodable() -> InvalidRequest:

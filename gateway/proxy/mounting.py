@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gateway.codec.contract import Endpoint, Inbound, InfoHandler
 from gateway.neutral.errors import GatewayError, NotFound
-from gateway.proxy.exchange import check_auth, reply_response, serve
+from gateway.proxy.exchange import check_auth, continue_later, reply_response, serve
 from gateway.proxy.routing import GroupPaths, RouteGroup
 
 log = logging.getLogger("gateway")
@@ -53,6 +53,8 @@ def mount(router: web.UrlDispatcher, prefix: str, group: RouteGroup, inbound: In
         for path in (prefix + m.path, prefix) if m.path == "/" and prefix else (prefix + m.path,):
             if m.method == "GET":
                 router.add_get(path, handler)  # HEAD as well, as aiohttp gives every GET
+            elif m.endpoint is not None:
+                router.add_route(m.method, path, handler, expect_handler=continue_later)
             else:
                 router.add_route(m.method, path, handler)
 
