@@ -18,27 +18,18 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from aiohttp import HttpVersion11, web
-from aiohttp.web_protocol import RequestPayloadError
+from aiohttp import web
 
 from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.config import Limits
 from gateway.metrics import Metrics
 from gateway.modelserver import BackendLoad
-from gateway.neutral.errors import (
-    GatewayError,
-    InvalidRequest,
-    PayloadTooLarge,
-    RequestTimeout,
-    Unauthorized,
-    Unavailable,
-    UpstreamError,
-    UpstreamTimeout,
-)
+from gateway.neutral.errors import GatewayError, Unavailable, UpstreamError, UpstreamTimeout
 from gateway.neutral.events import Event
 from gateway.neutral.types import Request
 from gateway.proxy import observe
 from gateway.proxy.admission import Budget, Gate, Ticket, priority_of
+from gateway.proxy.intake import check_auth, read_body
 from gateway.proxy.observe import Exchange
 from gateway.proxy.peers import Network, key_id
 from gateway.proxy.plan import DROPPED_HEADER, Plan, pool_headers
@@ -148,79 +139,6 @@ def reply_response(reply: Reply) -> web.Response:
     return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": reply.content_type})
 
 
-def check_auth(request: web.Request, svc: Services | None = None) -> str | None:
-    """The key's log name (None when auth is off); Unauthorized unless the request carries one of
-    the configured keys."""
-    keys = (svc or request.app[SERVICES]).api_keys
-    if keys is None:
-        return None
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    name = keys.get(token.strip()) if scheme.lower() == "bearer" else None
-    if name is None:
-        raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
-    return name
-
-
-async def _read_body(request: web.Request, svc: Services, ticket: Ticket) -> bytes:
-    """The whole body, within the size limit and the body deadline, with room reserved for it
-    in the gateway-wide body budget before a byte is read."""
-    limit = svc.limits.max_body_bytes
-    too_large = f"Request body is larger than the limit of {limit} bytes"
-    length = request.content_length
-    if length is not None and length > limit:
-        raise PayloadTooLarge(too_large)
-    svc.budget.reserve_body(ticket, limit if length is None else length)
-    if request.headers.get("Expect") is not None and not request.content.is_eof():
-        await _continue(request)
-    deadline = svc.limits.client_body_timeout_s
-    try:
-        if request.content.is_eof():
-            body = await request.read()  # it came with the headers: nothing to wait for
-        else:
-            async with asyncio.timeout(deadline):
-                body = await request.read()
-    except TimeoutError:
-        raise RequestTimeout(f"The request body did not arrive within {deadline:g}s") from None
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(too_large) from None
-    except RequestPayloadError:
-        raise _undecodable() from None
-    if not body and request.body_exists and request.content.total_raw_bytes:
-        # aiohttp ends a gzip body cut short without a word (only deflate's end is checked): the
-        # bytes sent decoded to nothing, which is not "an empty body".
-        raise _undecodable()
-    svc.budget.settle_body(ticket, len(body))
-    return body
-
-
-async def _continue(request: web.Request) -> None:
-    """A client that waits to be asked for its body (`Expect: 100-continue`) is asked here, once
-    its headers have passed every check before the body (API key, declared size, limits): one
-    refused gets its error without sending a body no one would read. (aiohttp would have asked
-    before any of them; `continue_later` keeps it from doing so.)"""
-    if request.version == HttpVersion11 and request.headers["Expect"].lower() == "100-continue":
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0  # the answer's own size is what is counted and logged
-
-
-async def continue_later(request: web.Request) -> web.StreamResponse | None:
-    """aiohttp's hook for a request's `Expect` header, on the inference paths: `100-continue` is
-    left to the exchange (`_continue`); any other expectation cannot be met (417)."""
-    expect = request.headers.get("Expect", "")
-    if expect.lower() == "100-continue":
-        return None
-    text = f"Expectation Failed: the gateway meets only 100-continue, not {expect!r}"
-    return web.json_response({"error": text}, status=417)
-
-
-def _undecodable() -> InvalidRequest:
-    return InvalidRequest(
-        "The request body could not be read: it does not decode as its Content-Encoding says, or it broke off",
-        code="invalid_body",
-    )
-
-
 async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: Inbound) -> web.StreamResponse:
     svc = request.app[SERVICES]
     ex = Exchange(time.perf_counter(), request_id_of(request))
@@ -232,11 +150,11 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     running = 0
     trace = svc.tracing.server(request, ex.request_id, group.dialect) if svc.tracing is not None else None
     try:
-        ex.key = check_auth(request, svc)
+        ex.key = check_auth(request, svc.api_keys)
         # The slot and the body's room are taken before the body is read: a flood of slow or
         # unfinished bodies meets the limits, not the memory.
         svc.budget.take_slots(ticket, 1)
-        body = await _read_body(request, svc, ticket)
+        body = await read_body(request, svc.limits, svc.budget, ticket)
         body_read = True
         path = request.match_info
         req = ep.parse(body, path)

@@ -13,7 +13,8 @@ from aiohttp import web
 
 from gateway.codec.contract import Endpoint, Inbound, InfoHandler
 from gateway.neutral.errors import GatewayError, NotFound
-from gateway.proxy.exchange import check_auth, continue_later, reply_response, serve
+from gateway.proxy.exchange import SERVICES, reply_response, serve
+from gateway.proxy.intake import check_auth, continue_later
 from gateway.proxy.routing import GroupPaths, RouteGroup
 
 log = logging.getLogger("gateway")
@@ -33,7 +34,7 @@ def _info(info: InfoHandler, group: RouteGroup, inbound: Inbound, auth: bool) ->
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
             if auth:
-                check_auth(request)
+                check_auth(request, request.app[SERVICES].api_keys)
             reply = await info(request.match_info, paths)
         except GatewayError as e:
             reply = inbound.error_reply(e)

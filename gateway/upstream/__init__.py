@@ -13,8 +13,8 @@ CPU of a relayed request. Parsing answers, the part HTTP gets wrong when done by
 httptools' (llhttp, as Node.js has it).
 """
 
-from gateway.upstream.connection import Headers
 from gateway.upstream.faults import BadAnswer, Broken, ConnectFailed, ConnectTimeout, Fault, ReadTimeout, Unsendable
+from gateway.upstream.head import Headers
 from gateway.upstream.pool import DEFAULT_HEADERS, YIELD_EVERY, Answer, Pool, Target
 
 __all__ = [

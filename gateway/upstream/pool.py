@@ -20,8 +20,9 @@ from urllib.parse import unquote
 
 from yarl import URL
 
-from gateway.upstream.connection import Connection, Headers
+from gateway.upstream.connection import Connection
 from gateway.upstream.faults import Broken, ConnectFailed, ConnectTimeout, Unsendable
+from gateway.upstream.head import Headers
 
 # Sent unless a backend's own headers say otherwise. Compression is not asked for: answers are
 # small next to the CPU it costs both sides (a backend that compresses anyway is decoded).

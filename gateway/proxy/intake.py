@@ -1,0 +1,82 @@
+"""What a client request must pass before the exchange reads it: its API key, and its body.
+
+The body is read whole, within the size limit and the body deadline, with room reserved for it
+in the gateway-wide body budget before a byte is read. A client that waits to be asked for its
+body (`Expect: 100-continue`) is asked only then, once its headers have passed every check
+before the body, so that one refused (a missing key, a declared size over the limit, a limit
+reached) gets its error without sending a body no one would read.
+"""
+
+import asyncio
+
+from aiohttp import HttpVersion11, web
+from aiohttp.web_protocol import RequestPayloadError
+
+from gateway.config import Limits
+from gateway.neutral.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, Unauthorized
+from gateway.proxy.admission import Budget, Ticket
+
+
+def check_auth(request: web.Request, keys: dict[str, str] | None) -> str | None:
+    """The key's log name (None when auth is off: `keys` None); Unauthorized unless the request
+    carries one of the configured keys."""
+    if keys is None:
+        return None
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    name = keys.get(token.strip()) if scheme.lower() == "bearer" else None
+    if name is None:
+        raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
+    return name
+
+
+async def read_body(request: web.Request, limits: Limits, budget: Budget, ticket: Ticket) -> bytes:
+    """The whole body, within the size limit and the body deadline, its room in the budget
+    reserved (on `ticket`) before a byte is read."""
+    limit = limits.max_body_bytes
+    too_large = f"Request body is larger than the limit of {limit} bytes"
+    length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(too_large)
+    budget.reserve_body(ticket, limit if length is None else length)
+    deadline = limits.client_body_timeout_s
+    try:
+        if request.content.is_eof():
+            body = await request.read()  # it came with the headers: nothing to wait for
+        else:
+            if request.version == HttpVersion11 and "Expect" in request.headers:
+                # Only 100-continue gets this far (`continue_later`).
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                request.writer.output_size = 0  # the answer's own size is what is counted and logged
+            async with asyncio.timeout(deadline):
+                body = await request.read()
+    except TimeoutError:
+        raise RequestTimeout(f"The request body did not arrive within {deadline:g}s") from None
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(too_large) from None
+    except RequestPayloadError:
+        raise _undecodable() from None
+    if not body and request.body_exists and request.content.total_raw_bytes:
+        # aiohttp ends a gzip body cut short without a word (only deflate's end is checked): the
+        # bytes sent decoded to nothing, which is not "an empty body".
+        raise _undecodable()
+    budget.settle_body(ticket, len(body))
+    return body
+
+
+async def continue_later(request: web.Request) -> web.StreamResponse | None:
+    """aiohttp's hook for a request's `Expect` header, on the inference paths (aiohttp's own
+    would ask for the body before any check): `100-continue` waits for `read_body`; any other
+    expectation cannot be met (417)."""
+    expect = request.headers.get("Expect", "")
+    if expect.lower() == "100-continue":
+        return None
+    text = f"Expectation Failed: the gateway meets only 100-continue, not {expect!r}"
+    return web.json_response({"error": text}, status=417)
+
+
+def _undecodable() -> InvalidRequest:
+    return InvalidRequest(
+        "The request body could not be read: it does not decode as its Content-Encoding says, or it broke off",
+        code="invalid_body",
+    )
