@@ -81,6 +81,7 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
         groups.setdefault(key, RouteGroup(r.dialect, r.prefix, [], readiness.all_ready)).routes.append(route)
     for (dialect, prefix), group in groups.items():
         inbound = registry.get(dialect).inbound
+        assert inbound is not None, "the config lets a route take only a dialect with its inbound half"
         mount(app.router, prefix, group, inbound)
         shapes.add(prefix, inbound)
 

@@ -10,11 +10,45 @@ import os
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.dialects import registry
 
-DialectName = Literal["openai", "mindie", "tgi", "triton", "databricks"]
+
+def _one_of(names: list[str]) -> str:
+    quoted = [repr(n) for n in names]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else "".join(quoted)
+
+
+def _backend_dialect(name: str) -> str:
+    """A dialect with servers to talk to (the registry's list of names)."""
+    if name not in registry.outbound_names():
+        if name in registry.available():
+            raise ValueError(f"the {name} dialect is spoken only by clients: a backend cannot speak it")
+        raise ValueError(f"Input should be {_one_of(registry.outbound_names())}")
+    return name
+
+
+def _route_dialect(name: str) -> str:
+    """A dialect clients speak (the registry's list of names)."""
+    if name not in registry.inbound_names():
+        if name in registry.available():
+            raise ValueError(f"the {name} dialect is spoken only by servers: a route cannot take it")
+        raise ValueError(f"Input should be {_one_of(registry.inbound_names())}")
+    return name
+
+
+BackendDialect = Annotated[str, AfterValidator(_backend_dialect)]
+RouteDialect = Annotated[str, AfterValidator(_route_dialect)]
 # A header name is an HTTP token; a value holds no line break or NUL (which would smuggle in a
 # header, or a request, of its own).
 HeaderName = Annotated[str, StringConstraints(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
@@ -138,7 +172,7 @@ class BackendTLS(_Strict):
 
 
 class Backend(_Strict):
-    dialect: DialectName
+    dialect: BackendDialect
     url: str | None = None
     urls: list[str] | None = None
     simulate: bool = False
@@ -231,7 +265,7 @@ class Tracing(_Strict):
 
 class Route(_Strict):
     name: str = Field(min_length=1)
-    dialect: DialectName
+    dialect: RouteDialect
     backend: str
     models: list[str] | None = None
     prefix: str = ""
@@ -352,14 +386,17 @@ def check_options(config: Config) -> list[str]:
     problems = []
     for name, b in config.backends.items():
         try:
-            registry.get(b.dialect).outbound.options_model.model_validate(b.options)
+            outbound = registry.get(b.dialect).outbound
+            assert outbound is not None  # a backend's dialect has its outbound half (BackendDialect)
+            outbound.options_model.model_validate(b.options)
         except ValidationError as e:
             for err in e.errors():
                 loc = ".".join(str(p) for p in err["loc"])
                 problems.append(f"backends.{name}.options.{loc}: {err['msg']}")
     for i, r in enumerate(config.routes):
         b = config.backends[r.backend]
-        if registry.get(b.dialect).outbound.shared_credentials and not b.model and not r.models:
+        outbound = registry.get(b.dialect).outbound
+        if outbound is not None and outbound.shared_credentials and not b.model and not r.models:
             problems.append(
                 f"routes.{i}.models: backend {r.backend!r} ({b.dialect}) has no `model:`, so clients would pick "
                 "any endpoint its credentials reach; list the models this route may call, or set the backend's model"
@@ -371,7 +408,8 @@ def route_paths(config: Config) -> dict[str, list[tuple[str, str]]]:
     """Route name -> mounted (method, full path) pairs."""
     out: dict[str, list[tuple[str, str]]] = {}
     for r in config.routes:
-        out[r.name] = [(m.method, r.prefix + m.path) for m in registry.get(r.dialect).inbound.mounts]
+        inbound = registry.get(r.dialect).inbound
+        out[r.name] = [(m.method, r.prefix + m.path) for m in (inbound.mounts if inbound is not None else ())]
     return out
 
 

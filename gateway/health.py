@@ -44,7 +44,7 @@ class Readiness:
         # Replicas are named by their position in `urls:`: the endpoint is public, and the
         # addresses behind the gateway are not for anyone who can reach it.
         url = b.urls[replica]
-        outbound = b.dialect.outbound
+        outbound = b.outbound
         path = outbound.health_path(b.view)
         try:
             # The probe's whole exchange, connection included, within timeout_s.

@@ -25,7 +25,7 @@ CTX = RenderContext(request_id="req1", created=1700000000, model="m")
 def test_parse_chat_fixture() -> None:
     req = parse_chat(raw("chat_request.json"))
     assert req.task is Task.CHAT
-    assert req.inbound == "openai"
+    assert req.wire == "openai.chat"
     assert req.model == "gpt-4o-mini"
     assert req.stream is True
     assert req.include_usage is True
@@ -157,7 +157,7 @@ def test_parse_chat_rejects(body: bytes, param: str | None) -> None:
 
 
 def chat_req(**kw: Any) -> Request:
-    return Request(task=Task.CHAT, inbound="openai", model="m", messages=[Message("user", "hi")], **kw)
+    return Request(task=Task.CHAT, wire="openai", model="m", messages=[Message("user", "hi")], **kw)
 
 
 def test_render_chat_exact() -> None:
@@ -237,7 +237,7 @@ def b64(vec: list[float]) -> str:
 def test_render_embedding_float_and_base64() -> None:
     vecs = [[0.5, -0.25], [1.0, 2.0]]
     result = EmbeddingResult([vecs[0], b64(vecs[1])], Usage(7, 0))
-    req = Request(task=Task.EMBEDDING, inbound="openai", model="e", input=["a", "b"])
+    req = Request(task=Task.EMBEDDING, wire="openai", model="e", input=["a", "b"])
     assert jsonutil.loads(render.render_embedding(result, req, CTX)) == {
         "object": "list",
         "data": [
@@ -315,7 +315,7 @@ def test_chat_stream_renderer_error_frame() -> None:
 
 
 def test_completion_stream_renderer_exact_frames() -> None:
-    req = Request(task=Task.COMPLETION, inbound="openai", model="m", prompt="p", stream=True, include_usage=True)
+    req = Request(task=Task.COMPLETION, wire="openai", model="m", prompt="p", stream=True, include_usage=True)
     r = render.ChunkStream(render.OPENAI, req, CTX)
     head = b'data: {"id":"cmpl-req1","object":"text_completion","created":1700000000,"model":"m","choices":['
     assert r.start() == b""

@@ -32,7 +32,7 @@ def build(req: Request, b: BackendView) -> UpstreamCall:
     """The upstream call for `req`, as the proxy's plan has it built: forwarded as it is when the
     client spoke the backend's own wire."""
     variant = OUT.carriage(req, b).variant
-    return OUT.build(Outgoing(req, b, "req1", req.inbound == b.dialect, variant))
+    return OUT.build(Outgoing(req, b, "req1", OUT.carriage(req, b).wire == req.wire, variant))
 
 
 def policy(req: Request, b: BackendView) -> tuple[Request, tuple[str, ...]]:
@@ -53,7 +53,7 @@ def body_of(req: Request, b: BackendView) -> dict[str, Any]:
 def foreign_chat(**params: Any) -> Request:
     """A chat request as a non-OpenAI inbound dialect would hand it over."""
     return Request(
-        task=Task.CHAT, inbound="tgi", model="client-model", messages=[Message("user", "hi")], params=Params(**params)
+        task=Task.CHAT, wire="tgi", model="client-model", messages=[Message("user", "hi")], params=Params(**params)
     )
 
 
@@ -126,7 +126,7 @@ def test_build_translated_stream_completion_and_logprobs() -> None:
     b = backend("none")
     req = Request(
         task=Task.COMPLETION,
-        inbound="tgi",
+        wire="tgi",
         model="c",
         prompt_ids=[1, 2],
         stream=True,
@@ -166,7 +166,7 @@ def test_build_translated_messages_and_embeddings() -> None:
         ),
         Message("tool", "r", tool_call_id="c", name="f"),
     ]
-    req = Request(task=Task.CHAT, inbound="tgi", model="client-model", messages=msgs)
+    req = Request(task=Task.CHAT, wire="tgi", model="client-model", messages=msgs)
     assert body_of(req, b)["messages"] == [
         {"role": "system", "content": "s"},
         {"role": "assistant", "content": None, "tool_calls": msgs[1].tool_calls},
@@ -178,7 +178,7 @@ def test_build_translated_messages_and_embeddings() -> None:
     assert "model" not in body_of(req.but(model=None), b)
     emb = Request(
         task=Task.EMBEDDING,
-        inbound="tgi",
+        wire="tgi",
         model="e",
         input=["a"],
         params=Params(encoding_format="base64", dimensions=8),
@@ -238,7 +238,7 @@ def test_parse_chat_tool_calls_fixture() -> None:
 
 
 def test_parse_completion_response_fixture() -> None:
-    req = Request(task=Task.COMPLETION, inbound="tgi", model="c", prompt="p")
+    req = Request(task=Task.COMPLETION, wire="tgi", model="c", prompt="p")
     result = OUT.parse_result(call_for(req), raw("completion_response.json"), {})
     assert isinstance(result, Result)
     assert result.choices == [
@@ -270,7 +270,7 @@ def test_parse_completion_response_fixture() -> None:
 
 @pytest.mark.parametrize("name", ["embedding_response.json", "embedding_response_base64.json"])
 def test_parse_embedding_fixtures(name: str) -> None:
-    req = Request(task=Task.EMBEDDING, inbound="tgi", model="e", input=["a", "b"])
+    req = Request(task=Task.EMBEDDING, wire="tgi", model="e", input=["a", "b"])
     result = OUT.parse_result(call_for(req), raw(name), {})
     assert isinstance(result, EmbeddingResult)
     vectors = [v if isinstance(v, list) else struct.unpack("<3f", base64.b64decode(v)) for v in result.data]
@@ -295,7 +295,7 @@ def test_error_message_from_bodies() -> None:
 
 
 def test_models_and_health_path() -> None:
-    assert OUT.models(raw("models_response.json")) == ["gpt-4o-mini", "text-embedding-3-small"]
+    assert OUT.models_path(backend()) == "/v1/models"
     assert OUT.health_path(backend()) == "/v1/models"
 
 
@@ -383,7 +383,7 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
         p = OpenAIStreamParser(True, passthrough=True)
         req = Request(
             task=Task.CHAT,
-            inbound="openai",
+            wire="openai",
             model="m",
             messages=[Message("user", "hi")],
             stream=True,

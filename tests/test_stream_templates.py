@@ -26,7 +26,7 @@ def compact(obj: object) -> bytes:
 
 @pytest.mark.parametrize("flavour", [TGI, mindie.TGI_STYLE])
 def test_tgi_token_events(flavour: tgi.Flavour) -> None:
-    req = Request(task=Task.COMPLETION, inbound="tgi", prompt="p", stream=True)
+    req = Request(task=Task.COMPLETION, wire="tgi", prompt="p", stream=True)
     renderer = tgi.TGIStreamRenderer(flavour, req, RenderContext("r", 1, "m"))
     n = 0
     for text in TEXTS:
@@ -41,7 +41,7 @@ def test_tgi_token_events(flavour: tgi.Flavour) -> None:
 
 
 def test_mindie_native_token_events() -> None:
-    req = Request(task=Task.COMPLETION, inbound="mindie", prompt="p", stream=True)
+    req = Request(task=Task.COMPLETION, wire="mindie", prompt="p", stream=True)
     renderer = mindie.NativeStreamRenderer(req, RenderContext("r", 1, "m"))
     first = True
     for text in TEXTS:
@@ -61,7 +61,7 @@ def test_openai_text_chunks_follow_the_general_rules(flavour: openai.Flavour, ta
     """The text template against the general rules, which render a text with logprobs
     attached (so not from the template) the same way but for the logprobs (the template itself
     is cut from what the general rules give for a marker text)."""
-    req = Request(task=task, inbound="openai", model="m", stream=True)
+    req = Request(task=task, wire="openai", model="m", stream=True)
     renderer = openai.ChunkStream(flavour, req, RenderContext("r", 1, "m"))
     for text in TEXTS:
         fast = json.loads(renderer.render([TextDelta(text)])[6:])
@@ -82,7 +82,7 @@ def _renderers(ctx: RenderContext) -> dict[str, object]:
     from gateway.neutral.params import Params
 
     def req(task: Task, inbound: str, n: int = 1) -> Request:
-        return Request(task=task, inbound=inbound, model="m", prompt="p", stream=True, params=Params(n=n))
+        return Request(task=task, wire=inbound, model="m", prompt="p", stream=True, params=Params(n=n))
 
     return {
         "openai chat": openai.ChunkStream(openai.OPENAI, req(Task.CHAT, "openai", 2), ctx),

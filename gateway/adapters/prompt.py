@@ -1,13 +1,15 @@
 """The one text prompt a text-only backend takes: chat messages through the backend's chat
 template, token ids through its tokenizer, text as it is."""
 
+from typing import Any
+
 from gateway.adapters import template_for, tokenizer_for
 from gateway.codec.contract import BackendView
 from gateway.neutral.errors import Unsupported
 from gateway.neutral.types import Request, Task
 
 
-def _one(backend: BackendView) -> Unsupported:
+def _one(backend: BackendView[Any]) -> Unsupported:
     return Unsupported(
         f"backend {backend.name!r} ({backend.dialect}) takes one prompt per request",
         param="prompt",
@@ -15,7 +17,7 @@ def _one(backend: BackendView) -> Unsupported:
     )
 
 
-def prompt_text(req: Request, backend: BackendView) -> str:
+def prompt_text(req: Request, backend: BackendView[Any]) -> str:
     if req.task is Task.CHAT:
         kwargs = req.params.chat_template_kwargs or {}
         tools = [dict(t) for t in req.params.tools] if req.params.tools else None

@@ -7,10 +7,11 @@ depends on nothing in the gateway but the neutral form, so every dialect can dep
 """
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from gateway.modelserver import PageKind
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event
 from gateway.neutral.params import Fate
@@ -22,14 +23,19 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Opts = TypeVar("Opts", bound=BaseModel)
+Opts_co = TypeVar("Opts_co", bound=BaseModel, covariant=True)
+
+
 @record
-class BackendView:
-    """What a codec may know of the backend it talks to: names, its options, its model files."""
+class BackendView(Generic[Opts_co]):
+    """What a codec may know of the backend it talks to: names, its options (of its dialect's
+    own options model), its model files."""
 
     name: str
     dialect: str
     model: str | None
-    options: BaseModel
+    options: Opts_co
     # The folder with the model's tokenizer.json and tokenizer_config.json, when configured.
     tokenizer: str | None = None
 
@@ -48,14 +54,17 @@ class Carriage:
     # The backend says a choice is finished in the event carrying its last token (see
     # RenderContext.finish_in_band).
     finish_in_band: bool = False
+    # The wire API the request goes out on ("openai.chat", "tgi"...): a client that spoke the
+    # same one (Request.wire) is the backend's own client, whose body the backend may get as it is.
+    wire: str = ""
 
 
 @record
-class Outgoing:
+class Outgoing(Generic[Opts_co]):
     """One request as a backend is to get it, for `Outbound.build`."""
 
     req: Request  # parameters as the fate policy left them
-    backend: BackendView
+    backend: BackendView[Opts_co]
     request_id: str
     # The client spoke this backend's own wire, so the fields in `req.raw` are the backend's.
     same_wire: bool
@@ -92,9 +101,11 @@ class StreamParser(Protocol):
     def close(self) -> list[Event]: ...
 
 
-class Outbound(Protocol):
-    name: str
-    options_model: type[BaseModel]
+class Outbound(Protocol[Opts]):
+    """The half of a dialect that talks to its servers. `Opts` is the model of the `options:` a
+    backend of this dialect takes (NoOptions for none)."""
+
+    options_model: type[Opts]
     # The backend's credentials reach other models than the configured one (a Databricks
     # workspace token opens every endpoint of the workspace), and the requested model picks among
     # them: a backend without `model:` must then have its routes list the `models:` clients may name.
@@ -105,9 +116,9 @@ class Outbound(Protocol):
     # the answer handed back as it came; else the request is translated like any other.
     forwards_same_wire: bool
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage: ...
+    def carriage(self, req: Request, backend: BackendView[Opts]) -> Carriage: ...
 
-    def build(self, out: Outgoing) -> UpstreamCall: ...
+    def build(self, out: Outgoing[Opts]) -> UpstreamCall: ...
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer: ...
 
@@ -117,18 +128,44 @@ class Outbound(Protocol):
         """The human message inside the backend's error body (or a cleaned-up raw body)."""
         ...
 
-    def health_path(self, backend: BackendView) -> str: ...
+    def health_path(self, backend: BackendView[Opts]) -> str: ...
 
-    def models(self, body: bytes) -> list[str]:
-        """Model ids from the backend's model list (used by readiness and /v1/models)."""
-        ...
+
+# ---- capabilities an outbound may have, discovered by type ---------------------------------
 
 
 @runtime_checkable
 class HealthDocument(Protocol):
-    """An outbound whose health call answers 200 either way and says "ready" in the body."""
+    """Its health call answers 200 either way and says "ready" in the body."""
 
     def health_ok(self, body: bytes) -> bool: ...
+
+
+@runtime_checkable
+class ListsModels(Protocol):
+    """Its servers list their models OpenAI's way (`{"data": [{"id": ...}]}`) at a path of
+    their own, which an OpenAI client's model list may relay."""
+
+    def models_path(self, backend: BackendView[Any]) -> str: ...
+
+
+@record
+class KvSource:
+    """Where a backend's servers say how full their KV cache is: which family of metrics page
+    (gateway.modelserver's readers), and where the page is when the config does not say."""
+
+    page: "PageKind"
+    urls: Sequence[str]
+
+
+@runtime_checkable
+class KvCacheSource(Protocol):
+    """Its servers give a KV-cache figure on a Prometheus page (pool-member mode)."""
+
+    def kv_source(self, backend: BackendView[Any], urls: Sequence[str]) -> KvSource | None:
+        """The page family and its default address for these replica URLs; None when this
+        backend's servers give no such figure."""
+        ...
 
 
 class EventStream(Protocol):
@@ -211,7 +248,7 @@ class Reply:
 @record
 class RouteView:
     name: str
-    backend: BackendView
+    backend: BackendView[Any]
     # The model names clients may ask this route for, when its config lists them.
     models: frozenset[str] | None = None
 
@@ -243,6 +280,11 @@ class GroupView(Protocol):
         dialect relays the backend's own metadata). UpstreamError when no answer came."""
         ...
 
+    async def model_list(self, route: RouteView) -> Reply | None:
+        """The backend's own OpenAI-shaped model list (its dialect `ListsModels`); None when its
+        servers keep none. UpstreamError when no answer came."""
+        ...
+
 
 # A path of the dialect's own that is not an inference call: health, model lists, metadata.
 # It may raise GatewayError; the proxy turns that into the dialect's error reply.
@@ -260,14 +302,66 @@ class Mount:
 
 
 class Inbound(Protocol):
-    name: str
+    """The half of a dialect that its clients speak: the paths it mounts, its error bodies."""
+
     mounts: Sequence[Mount]
 
     def error_reply(self, err: GatewayError) -> Reply: ...
 
 
 @record
+class KeyHeader:
+    """Where a client puts its API key: a header, and the scheme word before the key in it
+    ("Bearer"), or "" for a header that holds the key alone (`x-api-key`)."""
+
+    header: str
+    scheme: str = ""
+
+
+BEARER = KeyHeader("Authorization", "Bearer")
+
+
+@runtime_checkable
+class OwnKeyHeaders(Protocol):
+    """An inbound whose clients may send their key elsewhere than `Authorization: Bearer`."""
+
+    key_headers: Sequence[KeyHeader]
+
+
+def key_headers(inbound: Inbound) -> Sequence[KeyHeader]:
+    """Where clients of `inbound` may put their API key, in the order they are looked at."""
+    return inbound.key_headers if isinstance(inbound, OwnKeyHeaders) else (BEARER,)
+
+
+@runtime_checkable
+class Imitates(Protocol):
+    """An outbound whose servers differ in ways its inbound does not show (Triton's backend
+    families): a simulated server of it answers as the server its options name does."""
+
+    def imitation(self, options: Any) -> Inbound: ...
+
+
+@record
+class Demo:
+    """How the embedded default config (every dialect mounted, on simulated backends) mounts
+    this dialect's clients: under `prefix`, answered by a simulated server of `backend` (a
+    dialect name; "" for its own)."""
+
+    prefix: str = ""
+    backend: str = ""
+
+
+@record
 class Dialect:
+    """A dialect: either half may be absent (an API only clients speak, or only servers)."""
+
     name: str
-    inbound: Inbound
-    outbound: Outbound
+    inbound: Inbound | None = None
+    outbound: "Outbound[Any] | None" = None
+    demo: Demo = Demo()
+
+    def server(self, options: Any) -> Inbound | None:
+        """What a simulated server of this dialect, with these backend options, serves."""
+        if isinstance(self.outbound, Imitates):
+            return self.outbound.imitation(options)
+        return self.inbound

@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway import jsonutil
 from gateway.adapters import tokenizer_for
@@ -55,7 +55,7 @@ class ProxyEngine:
         self.backend = backend
         # The most of one answer held at once: a whole body, or a stream's unfinished event.
         self._max_answer = max_answer_bytes
-        self.codec = backend.dialect.outbound
+        self.codec = backend.outbound
         # Begins each upstream request's span; None with tracing off.
         self._trace = tracing.client(backend.name, backend.conf.dialect, backend.model) if tracing else None
         self._targets: dict[str, Target] = {}
@@ -85,7 +85,7 @@ class ProxyEngine:
             call = replace(call, headers={**plan.headers, **(call.headers or {})})
         return call
 
-    def _build(self, out: Outgoing, whole: bool = False) -> UpstreamCall:
+    def _build(self, out: Outgoing[Any], whole: bool = False) -> UpstreamCall:
         """The codec's call; with `whole`, its `meanwhile` work done as well (a large request's
         is too long to do on the event loop while the backend answers)."""
         try:

@@ -97,7 +97,7 @@ class Plan:
 
     request_id: str
     body_bytes: int  # the client's body: large requests are prepared off the event loop
-    backend: BackendView
+    backend: BackendView[Any]
     # The upstream requests, in choice-index order: part k's choice i is the client's choice
     # k * per_part + i. One part unless the request fans out.
     parts: tuple[Request, ...]
@@ -165,8 +165,8 @@ class Engine(Protocol):
 
 
 def make_plan(
-    codec: Outbound,
-    backend: BackendView,
+    codec: Outbound[Any],
+    backend: BackendView[Any],
     req: Request,
     request_id: str,
     body_bytes: int,
@@ -177,7 +177,7 @@ def make_plan(
     to more than `max_fanout` upstream requests, Unsupported when a parameter cannot be carried.
     `headers`: the client's headers that go upstream as they came (`pool_headers`)."""
     carriage = codec.carriage(req, backend)
-    same_wire = req.inbound == backend.dialect
+    same_wire = bool(carriage.wire) and req.wire == carriage.wire
     if same_wire and codec.forwards_same_wire:
         return Plan(
             request_id,

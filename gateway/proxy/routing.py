@@ -5,10 +5,11 @@ from __future__ import annotations
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gateway import config as cfg
-from gateway.codec.contract import BackendView, Dialect, Reply, RouteView
+from gateway.codec.contract import BackendView, Dialect, ListsModels, Outbound, Reply, RouteView
 from gateway.modelserver import BackendLoad
 from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate
@@ -21,8 +22,8 @@ from gateway.upstream import DEFAULT_HEADERS, Pool
 class Backend:
     name: str
     conf: cfg.Backend
-    dialect: Dialect
-    view: BackendView
+    outbound: Outbound[Any]
+    view: BackendView[Any]
     urls: list[str]
     headers: dict[str, str]
     ssl_ctx: ssl.SSLContext | None = None
@@ -55,7 +56,9 @@ class Backend:
 
 
 def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
-    options = dialect.outbound.options_model.model_validate(conf.options)
+    outbound = dialect.outbound
+    assert outbound is not None, "the config lets a backend speak only a dialect with its outbound half"
+    options = outbound.options_model.model_validate(conf.options)
     view = BackendView(name, conf.dialect, conf.model, options, conf.tokenizer)
     urls = [u.rstrip("/") for u in conf.targets()]
     health = Replicas(max(len(urls), 1), conf.eject_after, conf.eject_base_s, conf.eject_max_s)
@@ -65,7 +68,7 @@ def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
     # What every request to it carries: the client's defaults, unless its own headers name them.
     own = {k.lower() for k in conf.headers}
     headers = {k: v for k, v in DEFAULT_HEADERS.items() if k.lower() not in own} | conf.headers
-    return Backend(name, conf, dialect, view, urls, headers, make_ssl(conf.tls), health, gate)
+    return Backend(name, conf, outbound, view, urls, headers, make_ssl(conf.tls), health, gate)
 
 
 @dataclass(eq=False)
@@ -147,11 +150,21 @@ class GroupPaths:
     async def ready(self, routes: Sequence[RouteView]) -> bool:
         return await self._group.ready_check([r.backend.name for r in routes])
 
-    async def fetch(self, route: RouteView, path: str) -> Reply:
+    def _route(self, route: RouteView) -> Route:
         for r in self._group.routes:
             if r.name == route.name:
-                return await r.engine.fetch(path)
+                return r
         raise NotFound(f"no route {route.name!r}")
+
+    async def fetch(self, route: RouteView, path: str) -> Reply:
+        return await self._route(route).engine.fetch(path)
+
+    async def model_list(self, route: RouteView) -> Reply | None:
+        r = self._route(route)
+        outbound = r.backend.outbound
+        if not isinstance(outbound, ListsModels):
+            return None
+        return await r.engine.fetch(outbound.models_path(r.backend.view))
 
 
 def shown_url(url: str) -> str:

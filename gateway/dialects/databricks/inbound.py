@@ -15,6 +15,7 @@ from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Rende
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.databricks import params as names
 from gateway.dialects.databricks import render
+from gateway.dialects.databricks.outbound import WIRE
 from gateway.dialects.databricks.schema import ChatRequest, CompletionRequest, EmbeddingRequest
 from gateway.dialects.openai.inbound import messages_from, read_params
 from gateway.neutral import params as neutral
@@ -41,7 +42,7 @@ def parse_chat(data: dict[str, Any], path: PathValues | None = None) -> Request:
     m = validate(ChatRequest, data)
     return Request(
         task=Task.CHAT,
-        inbound="databricks",
+        wire=WIRE,
         model=_model(data, path),
         messages=messages_from(data["messages"]),
         stream=bool(m.stream),
@@ -64,7 +65,7 @@ def parse_completion(data: dict[str, Any], path: PathValues | None = None) -> Re
         prompt = prompt[0]
     return Request(
         task=Task.COMPLETION,
-        inbound="databricks",
+        wire=WIRE,
         model=_model(data, path),
         prompt=prompt,
         stream=bool(m.stream),
@@ -80,7 +81,7 @@ def parse_embedding(data: dict[str, Any], path: PathValues | None = None) -> Req
     inp = data["input"]
     return Request(
         task=Task.EMBEDDING,
-        inbound="databricks",
+        wire=WIRE,
         model=_model(data, path),
         input=[inp] if isinstance(inp, str) else inp,
         params=neutral.make(values),
@@ -153,7 +154,6 @@ async def get_endpoint(path: PathValues, group: GroupView) -> Reply:
 
 
 class DatabricksInbound:
-    name = "databricks"
     mounts: Sequence[Mount] = (
         Mount("POST", "/serving-endpoints/{name}/invocations", INVOCATIONS),
         Mount("POST", "/serving-endpoints/chat/completions", CHAT),

@@ -14,6 +14,7 @@ from gateway import jsonutil
 from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, StreamRenderer
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.mindie import render
+from gateway.dialects.mindie.outbound import WIRE
 from gateway.dialects.mindie.params import VLLM_GENERATE_IN
 from gateway.dialects.mindie.schema import (
     InferRequest,
@@ -62,7 +63,7 @@ def parse_infer(body: bytes, path: PathValues | None = None) -> Request:
         params = params.replace(max_tokens=DEFAULT_MAX_NEW_TOKENS)
     return Request(
         task=Task.COMPLETION,
-        inbound="mindie",
+        wire=WIRE,
         prompt=None if m.input_id is not None else m.inputs,
         prompt_ids=list(m.input_id) if m.input_id is not None else None,
         stream=bool(m.stream),
@@ -107,12 +108,12 @@ def _mindie_way(req: Request) -> Request:
 
 
 def parse_chat(body: bytes, path: PathValues | None = None) -> Request:
-    return _mindie_way(openai.parse_chat(body, path, schema=MindIEChatRequest, inbound="mindie"))
+    return _mindie_way(openai.parse_chat(body, path, schema=MindIEChatRequest, wire=WIRE))
 
 
 def parse_completion(body: bytes, path: PathValues | None = None) -> Request:
     # MindIE's default is its maxIterTimes, not OpenAI's 16: no max_tokens unless the client said.
-    req = openai.parse_completion(body, path, schema=MindIECompletionRequest, inbound="mindie", default_max_tokens=None)
+    req = openai.parse_completion(body, path, schema=MindIECompletionRequest, wire=WIRE, default_max_tokens=None)
     return _mindie_way(req)
 
 
@@ -126,7 +127,7 @@ def parse_vllm_generate(data: dict[str, Any]) -> Request:
         del values["top_k"]
     return Request(
         task=Task.COMPLETION,
-        inbound="mindie",
+        wire=WIRE,
         prompt=m.prompt,
         stream=bool(m.stream),
         params=neutral.make(values),
@@ -135,7 +136,7 @@ def parse_vllm_generate(data: dict[str, Any]) -> Request:
 
 
 def _tgi(data: dict[str, Any], stream: bool) -> Request:
-    return tgi.parse_generate(data, TGIRequest, "mindie", stream, default_max_tokens=DEFAULT_MAX_NEW_TOKENS)
+    return tgi.parse_generate(data, TGIRequest, WIRE, stream, default_max_tokens=DEFAULT_MAX_NEW_TOKENS)
 
 
 def _is_vllm(req: Request) -> bool:
@@ -218,7 +219,6 @@ async def health_timed(path: PathValues, group: GroupView) -> Reply:
 
 
 class MindIEInbound:
-    name = "mindie"
     mounts: Sequence[Mount] = (
         Mount("POST", "/infer", INFER),
         Mount("POST", "/infer_token", INFER),

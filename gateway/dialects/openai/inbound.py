@@ -13,6 +13,7 @@ from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import render
+from gateway.dialects.openai.outbound import WIRES
 from gateway.dialects.openai.schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, plain_chat
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, NotFound
@@ -51,9 +52,9 @@ def parse_chat(
     path: PathValues | None = None,
     *,
     schema: type[ChatCompletionRequest] = ChatCompletionRequest,
-    inbound: str = "openai",
+    wire: str = WIRES[Task.CHAT],
 ) -> Request:
-    """`schema` and `inbound` let OpenAI-flavoured dialects (MindIE) reuse this with their own limits."""
+    """`schema` and `wire` let OpenAI-flavoured dialects (MindIE) reuse this with their own limits."""
     data = load_object(body)
     if schema is ChatCompletionRequest and plain_chat(data):
         # What the model would hold is the body's own values: strict, it converts nothing.
@@ -70,7 +71,7 @@ def parse_chat(
         include_usage = bool(m.stream_options and m.stream_options.include_usage)
     return Request(
         task=Task.CHAT,
-        inbound=inbound,
+        wire=wire,
         model=model,
         messages=messages_from(data["messages"]),
         stream=bool(stream),
@@ -85,7 +86,7 @@ def parse_completion(
     path: PathValues | None = None,
     *,
     schema: type[CompletionRequest] = CompletionRequest,
-    inbound: str = "openai",
+    wire: str = WIRES[Task.COMPLETION],
     default_max_tokens: int | None = 16,  # the API's documented default for completions
 ) -> Request:
     data = load_object(body)
@@ -102,7 +103,7 @@ def parse_completion(
     ids = isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], str)
     return Request(
         task=Task.COMPLETION,
-        inbound=inbound,
+        wire=wire,
         model=m.model,
         prompt=None if ids else prompt,
         prompt_ids=prompt if ids else None,
@@ -121,7 +122,7 @@ def parse_embedding(body: bytes, path: PathValues | None = None) -> Request:
     if isinstance(inp, str) or (inp and isinstance(inp[0], int)):
         inp = [inp]
     params = neutral.make({**names.EMBEDDING_IN.read(data), **more})
-    return Request(task=Task.EMBEDDING, inbound="openai", model=m.model, input=inp, params=params, raw=data)
+    return Request(task=Task.EMBEDDING, wire=WIRES[Task.EMBEDDING], model=m.model, input=inp, params=params, raw=data)
 
 
 RENDER = render.result_renderer(render.OPENAI)
@@ -142,17 +143,13 @@ def model_object(model: str, owner: str) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": _STARTED, "owned_by": owner}
 
 
-# Backend dialects whose servers list their models at /v1/models, OpenAI's way.
-_LISTS_MODELS = frozenset({"openai", "mindie"})
-
-
 async def _backend_models(group: GroupView, route: RouteView) -> list[dict[str, Any]] | None:
     """The backend's own entries for what this route serves, under the names the route exposes;
     None when the backend keeps no such list or cannot give it now."""
-    if route.backend.dialect not in _LISTS_MODELS:
-        return None
     try:
-        reply = await group.fetch(route, "/v1/models")
+        reply = await group.model_list(route)
+        if reply is None:
+            return None
         listed = jsonutil.loads(reply.body or b"")["data"] if reply.status == 200 else None
     except (GatewayError, jsonutil.JSONDecodeError, KeyError, TypeError):
         return None
@@ -193,7 +190,6 @@ async def get_model(path: PathValues, group: GroupView) -> Reply:
 
 
 class OpenAIInbound:
-    name = "openai"
     mounts: Sequence[Mount] = (
         Mount("POST", "/v1/chat/completions", CHAT),
         Mount("POST", "/v1/completions", COMPLETION),

@@ -6,16 +6,17 @@ its body forwarded as it is, with only the model rewritten (and stream usage ask
 gateway needs for its metrics and withholds from clients that did not ask).
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gateway import jsonutil
-from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
+from gateway.codec.contract import BackendView, Carriage, KvSource, Outgoing, UpstreamCall
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import reading
+from gateway.modelserver import VLLM_PAGE
 from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Answer, Message, Request, Task
 
@@ -26,6 +27,8 @@ class Options(BaseModel):
 
 
 PATHS = {Task.CHAT: "/v1/chat/completions", Task.COMPLETION: "/v1/completions", Task.EMBEDDING: "/v1/embeddings"}
+# The wire API of each task's path (Request.wire): a client that spoke it is the server's own.
+WIRES = {Task.CHAT: "openai.chat", Task.COMPLETION: "openai.completions", Task.EMBEDDING: "openai.embeddings"}
 # Besides what the names carry: greedy decoding is said with temperature 0, and logprobs have
 # their own shape per task.
 _SPECIAL = {"do_sample": Fate.MAP, "logprobs": Fate.MAP, "top_logprobs": Fate.MAP}
@@ -39,8 +42,8 @@ def out_names(task: Task, vllm: bool) -> WireNames:
     return names.EMBEDDING_OUT
 
 
-def _vllm(backend: BackendView) -> bool:
-    return getattr(backend.options, "extensions", "none") == "vllm"
+def _vllm(backend: BackendView[Options]) -> bool:
+    return backend.options.extensions == "vllm"
 
 
 def message_dict(m: Message) -> dict[str, Any]:
@@ -100,6 +103,7 @@ _CARRIAGE = {
     (task, vllm): Carriage(
         out_names(task, vllm).fates(**_SPECIAL, **({"encoding_format": Fate.MAP} if task is Task.EMBEDDING else {})),
         finish_in_band=vllm,
+        wire=WIRES[task],
     )
     for task in Task
     for vllm in (False, True)
@@ -118,16 +122,15 @@ def usage_options(asked: Any) -> dict[str, Any]:
 
 
 class OpenAIOutbound:
-    name = "openai"
-    options_model: type[BaseModel] = Options
+    options_model = Options
     shared_credentials = False
     batch_prompts = True
     forwards_same_wire = True
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage:
+    def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
         return _CARRIAGE[req.task, _vllm(backend)]
 
-    def build(self, out: Outgoing) -> UpstreamCall:
+    def build(self, out: Outgoing[Options]) -> UpstreamCall:
         req = out.req
         path = PATHS[req.task]
         model = out.backend.model or req.model
@@ -155,8 +158,12 @@ class OpenAIOutbound:
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(body)
 
-    def health_path(self, backend: BackendView) -> str:
+    def health_path(self, backend: BackendView[Options]) -> str:
         return "/v1/models"
 
-    def models(self, body: bytes) -> list[str]:
-        return reading.model_ids(body)
+    def models_path(self, backend: BackendView[Options]) -> str:
+        return "/v1/models"
+
+    def kv_source(self, backend: BackendView[Options], urls: Sequence[str]) -> KvSource:
+        """vLLM-style servers keep their metrics page beside the API; the public API has none."""
+        return KvSource(VLLM_PAGE, [u + "/metrics" for u in urls] if _vllm(backend) else [])

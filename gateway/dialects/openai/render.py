@@ -13,7 +13,6 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext, StreamRenderer
-from gateway.neutral import finish as vocab
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import (
     Event,
@@ -102,11 +101,24 @@ class Flavour:
     passthrough_usage: bool = False
 
 
+# The finish words OpenAI's clients know, for each canonical reason.
+FINISH: dict[Finish, str] = {
+    Finish.EOS: "stop",
+    Finish.STOP_STRING: "stop",
+    Finish.STOP_TOKEN: "stop",
+    Finish.LENGTH: "length",
+    Finish.TOOL_CALLS: "tool_calls",
+    Finish.CONTENT_FILTER: "content_filter",
+    Finish.ABORT: "stop",
+    Finish.ERROR: "stop",
+    Finish.UNKNOWN: "stop",
+}
+
 OPENAI = Flavour(chat_id=lambda ctx: "chatcmpl-" + ctx.request_id, completion_id=lambda ctx: "cmpl-" + ctx.request_id)
 
 
 def _finish(reason: Finish | None) -> str:
-    return vocab.OPENAI[reason or Finish.EOS]
+    return FINISH[reason or Finish.EOS]
 
 
 def _with_usage(out: dict[str, Any], fl: Flavour, usage: Usage | None) -> bytes:

@@ -12,6 +12,7 @@ from gateway import __version__, jsonutil
 from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.tgi import render
+from gateway.dialects.tgi.outbound import WIRE
 from gateway.dialects.tgi.params import PARAMETERS_IN
 from gateway.dialects.tgi.schema import GenerateRequest
 from gateway.neutral import params as neutral
@@ -84,7 +85,7 @@ def _warps(p: neutral.Params) -> bool:
 def parse_generate(
     data: dict[str, Any],
     model: type[BaseModel],
-    inbound: str,
+    wire: str,
     stream: bool,
     default_max_tokens: int | None = None,
     tgi_rules: bool = False,
@@ -108,7 +109,7 @@ def parse_generate(
     prompt: str = getattr(m, "inputs")  # noqa: B009 - the field lives on every TGI-shaped model
     return Request(
         task=Task.COMPLETION,
-        inbound=inbound,
+        wire=wire,
         prompt=prompt,
         stream=stream,
         params=params,
@@ -122,7 +123,7 @@ def _parse(stream: bool | None) -> Any:
     def parse(body: bytes, path: PathValues) -> Request:
         data = load_object(body)
         return parse_generate(
-            data, GenerateRequest, "tgi", bool(data.get("stream")) if stream is None else stream, tgi_rules=True
+            data, GenerateRequest, WIRE, bool(data.get("stream")) if stream is None else stream, tgi_rules=True
         )
 
     return parse
@@ -159,7 +160,6 @@ async def health(path: PathValues, group: GroupView) -> Reply:
 
 
 class TGIInbound:
-    name = "tgi"
     mounts: Sequence[Mount] = (
         Mount("POST", "/generate", GENERATE),
         Mount("POST", "/generate_stream", GENERATE_STREAM),

@@ -8,8 +8,6 @@ cuts the text and reports the finish); the list is still sent, so TGI also stops
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
 from gateway import jsonutil
 from gateway.adapters import count_tokens
 from gateway.adapters.prompt import prompt_text
@@ -72,17 +70,20 @@ def _header_int(headers: Mapping[str, str], name: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+WIRE = "tgi"
+_CARRIAGE = Carriage(FATES, finish_in_band=True, wire=WIRE)  # the final event carries the last token
+
+
 class TGIOutbound:
-    name = "tgi"
-    options_model: type[BaseModel] = NoOptions
+    options_model = NoOptions
     shared_credentials = False
     batch_prompts = False
     forwards_same_wire = False
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        return Carriage(FATES, finish_in_band=True)  # the final event carries the last token
+    def carriage(self, req: Request, backend: BackendView[NoOptions]) -> Carriage:
+        return _CARRIAGE
 
-    def build(self, out: Outgoing) -> UpstreamCall:
+    def build(self, out: Outgoing[NoOptions]) -> UpstreamCall:
         req, backend = out.req, out.backend
         if req.task is Task.EMBEDDING:
             raise Unsupported(f"backend {backend.name!r} (tgi) does not serve embeddings", code="unsupported_task")
@@ -112,10 +113,5 @@ class TGIOutbound:
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(status, body)
 
-    def health_path(self, backend: BackendView) -> str:
+    def health_path(self, backend: BackendView[NoOptions]) -> str:
         return "/health"
-
-    def models(self, body: bytes) -> list[str]:
-        obj = jsonutil.loads(body)
-        mid = obj.get("model_id") if isinstance(obj, dict) else None
-        return [mid] if isinstance(mid, str) else []

@@ -19,6 +19,7 @@ from gateway.dialects.triton import params as names
 from gateway.dialects.triton import render
 from gateway.dialects.triton.schema import (
     GenerateParameters,
+    Options,
     merged_parameters,
     model_config,
     model_metadata,
@@ -27,6 +28,9 @@ from gateway.dialects.triton.schema import (
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, InvalidRequest, Kind, NotFound
 from gateway.neutral.types import Request, Task
+
+# The generate extension, as a Triton server speaks it (the outbound codec says the same).
+WIRE = "triton"
 
 # Triton's codes: INVALID_ARG 400, NOT_FOUND 404, INTERNAL 500, UNAVAILABLE 503.
 _STATUS = {
@@ -85,7 +89,7 @@ def read_generate(
     version = path.get("version")
     req = Request(
         task=Task.COMPLETION,
-        inbound="triton",
+        wire=WIRE,
         model=path["model"],
         prompt=data["text_input"],
         stream=stream,
@@ -124,13 +128,18 @@ GENERATE_STREAM = Endpoint(_parse(True), render.render_result, render.stream_ren
 _NOT_READY = Reply(400, jsonutil.dumps({"error": "Model version not ready"}))
 
 
+def _triton_backend(route: RouteView) -> bool:
+    return route.backend.dialect == WIRE and isinstance(route.backend.options, Options)
+
+
 def _backend_path(route: RouteView, path: PathValues, tail: str = "") -> str | None:
     """The same path on the route's backend when that is a Triton server (its model name and,
     unless the client named one, its configured version), else None."""
-    if route.backend.dialect != "triton":
+    options = route.backend.options
+    if not _triton_backend(route) or not isinstance(options, Options):
         return None
     out = "/v2/models/" + quote(route.backend.model or path["model"], safe="")
-    version = path.get("version") or getattr(route.backend.options, "model_version", None)
+    version = path.get("version") or options.model_version
     if version:
         out += "/versions/" + quote(version, safe="")
     return out + tail
@@ -167,7 +176,7 @@ async def ready(path: PathValues, group: GroupView) -> Reply:
 async def server_info(path: PathValues, group: GroupView) -> Reply:
     """`GET /v2`: the Triton server's own answer where one serves the group, else the gateway's."""
     for route in group.routes:
-        if route.backend.dialect == "triton":
+        if _triton_backend(route):
             try:
                 reply = await group.fetch(route, "/v2")
             except GatewayError:
@@ -232,7 +241,6 @@ def _mounts() -> list[Mount]:
 
 
 class TritonInbound:
-    name = "triton"
     mounts: Sequence[Mount] = tuple(_mounts())
 
     def error_reply(self, err: GatewayError) -> Reply:
