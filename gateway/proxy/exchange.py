@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
+from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer, key_headers
 from gateway.config import Limits
 from gateway.metrics import Metrics
 from gateway.modelserver import BackendLoad
@@ -150,7 +150,7 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     running = 0
     trace = svc.tracing.server(request, ex.request_id, group.dialect) if svc.tracing is not None else None
     try:
-        ex.key = check_auth(request, svc.api_keys)
+        ex.key = check_auth(request, svc.api_keys, key_headers(inbound))
         # The slot and the body's room are taken before the body is read: a flood of slow or
         # unfinished bodies meets the limits, not the memory.
         svc.budget.take_slots(ticket, 1)

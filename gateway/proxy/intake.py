@@ -8,26 +8,34 @@ reached) gets its error without sending a body no one would read.
 """
 
 import asyncio
+from collections.abc import Sequence
 
 from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestPayloadError
 
+from gateway.codec.contract import BEARER, KeyHeader
 from gateway.config import Limits
 from gateway.neutral.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, Unauthorized
 from gateway.proxy.admission import Budget, Ticket
 
 
-def check_auth(request: web.Request, keys: dict[str, str] | None) -> str | None:
+def check_auth(request: web.Request, keys: dict[str, str] | None, where: Sequence[KeyHeader] = (BEARER,)) -> str | None:
     """The key's log name (None when auth is off: `keys` None); Unauthorized unless the request
-    carries one of the configured keys."""
+    carries one of the configured keys in one of the headers its dialect's clients use."""
     if keys is None:
         return None
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    name = keys.get(token.strip()) if scheme.lower() == "bearer" else None
-    if name is None:
-        raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
-    return name
+    for place in where:
+        header = request.headers.get(place.header)
+        if header is None:
+            continue
+        if place.scheme:
+            scheme, _, header = header.partition(" ")
+            if scheme.lower() != place.scheme.lower():
+                continue
+        name = keys.get(header.strip())
+        if name is not None:
+            return name
+    raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
 
 
 async def read_body(request: web.Request, limits: Limits, budget: Budget, ticket: Ticket) -> bytes:

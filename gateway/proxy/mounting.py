@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.codec.contract import Endpoint, Inbound, InfoHandler
+from gateway.codec.contract import Endpoint, Inbound, InfoHandler, key_headers
 from gateway.neutral.errors import GatewayError, NotFound
 from gateway.proxy.exchange import SERVICES, reply_response, serve
 from gateway.proxy.intake import check_auth, continue_later
@@ -30,11 +30,12 @@ def _inference(ep: Endpoint, group: RouteGroup, inbound: Inbound) -> Handler:
 
 def _info(info: InfoHandler, group: RouteGroup, inbound: Inbound, auth: bool) -> Handler:
     paths = GroupPaths(group)
+    where = key_headers(inbound)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
             if auth:
-                check_auth(request, request.app[SERVICES].api_keys)
+                check_auth(request, request.app[SERVICES].api_keys, where)
             reply = await info(request.match_info, paths)
         except GatewayError as e:
             reply = inbound.error_reply(e)

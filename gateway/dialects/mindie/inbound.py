@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, StreamRenderer
+from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.mindie import render
 from gateway.dialects.mindie.outbound import WIRE
@@ -35,7 +36,8 @@ from gateway.neutral.types import Answer, Message, Request, Task
 DEFAULT_MAX_NEW_TOKENS = 20
 _MEDIA = ("image_url", "video_url", "audio_url")
 
-_STATUS = {
+# MindIE's status and `error_type` for each kind.
+ERRORS: ErrorTable = {
     Kind.VALIDATION: (422, "Input Validation Error"),
     Kind.UNSUPPORTED: (422, "Input Validation Error"),
     Kind.TOO_LARGE: (422, "Input Validation Error"),
@@ -194,7 +196,7 @@ COMPLETION = Endpoint(parse_completion, _OPENAI_ANSWER, _OPENAI_STREAM)
 
 
 def error_reply(err: GatewayError) -> Reply:
-    status, kind = _STATUS[err.kind]
+    status, kind = stated(ERRORS, err)
     if err.kind is Kind.UPSTREAM and err.status == 500:
         status, kind = 500, "Incomplete Generation"  # the backend's own 500 keeps its meaning
     return Reply(status, jsonutil.dumps({"error": err.message, "error_type": kind}))

@@ -13,7 +13,8 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext, StreamRenderer
-from gateway.neutral.errors import GatewayError
+from gateway.codec.errors import ErrorTable
+from gateway.neutral.errors import GatewayError, Kind
 from gateway.neutral.events import (
     Event,
     FinishEvent,
@@ -52,28 +53,28 @@ def usage_object(u: Usage | None) -> dict[str, Any] | None:
 
 
 def error_object(err: GatewayError) -> dict[str, Any]:
-    return {"message": err.message, "type": ERROR_TYPES[err.kind.value], "param": err.param, "code": err.code}
+    return {"message": err.message, "type": ERRORS[err.kind][1], "param": err.param, "code": err.code}
 
 
 def error_frame(err: GatewayError) -> bytes:
     return b"data: " + _dumps({"error": error_object(err)}) + b"\n\n"
 
 
-# Kind -> OpenAI's error `type`.
-ERROR_TYPES = {
-    "validation": "invalid_request_error",
-    "auth": "invalid_request_error",
-    "permission": "invalid_request_error",
-    "not_found": "invalid_request_error",
-    "too_large": "invalid_request_error",
-    "client_timeout": "invalid_request_error",
-    "unsupported": "invalid_request_error",
-    "rate_limit": "rate_limit_exceeded",
-    "overloaded": "server_error",
-    "upstream": "server_error",
-    "timeout": "server_error",
-    "unavailable": "server_error",
-    "internal": "server_error",
+# OpenAI's error `type` for each kind; the status is the error's own.
+ERRORS: ErrorTable = {
+    Kind.VALIDATION: (None, "invalid_request_error"),
+    Kind.AUTH: (None, "invalid_request_error"),
+    Kind.PERMISSION: (None, "invalid_request_error"),
+    Kind.NOT_FOUND: (None, "invalid_request_error"),
+    Kind.TOO_LARGE: (None, "invalid_request_error"),
+    Kind.CLIENT_TIMEOUT: (None, "invalid_request_error"),
+    Kind.UNSUPPORTED: (None, "invalid_request_error"),
+    Kind.RATE_LIMIT: (None, "rate_limit_exceeded"),
+    Kind.OVERLOADED: (None, "server_error"),
+    Kind.UPSTREAM: (None, "server_error"),
+    Kind.TIMEOUT: (None, "server_error"),
+    Kind.UNAVAILABLE: (None, "server_error"),
+    Kind.INTERNAL: (None, "server_error"),
 }
 
 

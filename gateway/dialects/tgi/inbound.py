@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from gateway import __version__, jsonutil
 from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.tgi import render
 from gateway.dialects.tgi.outbound import WIRE
@@ -19,7 +20,8 @@ from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, Kind, Unsupported
 from gateway.neutral.types import Request, Task
 
-_STATUS = {
+# TGI's status and `error_type` for each kind.
+ERRORS: ErrorTable = {
     Kind.VALIDATION: (422, "validation"),
     Kind.UNSUPPORTED: (422, "validation"),
     Kind.TOO_LARGE: (422, "validation"),
@@ -37,7 +39,7 @@ _STATUS = {
 
 
 def error_body(err: GatewayError, stream: bool = False) -> dict[str, str]:
-    kind = "incomplete_generation_stream" if stream and err.kind is not Kind.VALIDATION else _STATUS[err.kind][1]
+    kind = "incomplete_generation_stream" if stream and err.kind is not Kind.VALIDATION else ERRORS[err.kind][1]
     return {"error": err.message, "error_type": kind}
 
 
@@ -169,4 +171,4 @@ class TGIInbound:
     )
 
     def error_reply(self, err: GatewayError) -> Reply:
-        return Reply(_STATUS[err.kind][0], jsonutil.dumps(error_body(err)))
+        return Reply(stated(ERRORS, err)[0], jsonutil.dumps(error_body(err)))

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from gateway import __version__, jsonutil
 from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, RouteView
+from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.triton import params as names
 from gateway.dialects.triton import render
@@ -32,21 +33,22 @@ from gateway.neutral.types import Request, Task
 # The generate extension, as a Triton server speaks it (the outbound codec says the same).
 WIRE = "triton"
 
-# Triton's codes: INVALID_ARG 400, NOT_FOUND 404, INTERNAL 500, UNAVAILABLE 503.
-_STATUS = {
-    Kind.VALIDATION: 400,
-    Kind.AUTH: 401,
-    Kind.PERMISSION: 403,
-    Kind.NOT_FOUND: 404,
-    Kind.TOO_LARGE: 400,
-    Kind.CLIENT_TIMEOUT: 408,
-    Kind.UNSUPPORTED: 400,
-    Kind.RATE_LIMIT: 503,
-    Kind.OVERLOADED: 503,
-    Kind.UPSTREAM: 500,
-    Kind.TIMEOUT: 500,
-    Kind.UNAVAILABLE: 503,
-    Kind.INTERNAL: 500,
+# Triton's statuses (its codes INVALID_ARG 400, NOT_FOUND 404, INTERNAL 500, UNAVAILABLE 503);
+# its error bodies have no word for the kind.
+ERRORS: ErrorTable = {
+    Kind.VALIDATION: (400, ""),
+    Kind.AUTH: (401, ""),
+    Kind.PERMISSION: (403, ""),
+    Kind.NOT_FOUND: (404, ""),
+    Kind.TOO_LARGE: (400, ""),
+    Kind.CLIENT_TIMEOUT: (408, ""),
+    Kind.UNSUPPORTED: (400, ""),
+    Kind.RATE_LIMIT: (503, ""),
+    Kind.OVERLOADED: (503, ""),
+    Kind.UPSTREAM: (500, ""),
+    Kind.TIMEOUT: (500, ""),
+    Kind.UNAVAILABLE: (503, ""),
+    Kind.INTERNAL: (500, ""),
 }
 
 
@@ -244,4 +246,4 @@ class TritonInbound:
     mounts: Sequence[Mount] = tuple(_mounts())
 
     def error_reply(self, err: GatewayError) -> Reply:
-        return Reply(_STATUS.get(err.kind, err.status), jsonutil.dumps({"error": err.message}))
+        return Reply(stated(ERRORS, err)[0], jsonutil.dumps({"error": err.message}))
