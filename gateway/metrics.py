@@ -40,8 +40,6 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
-UPSTREAM_ERROR_CLASSES = ("connect", "timeout", "status_4xx", "status_5xx", "protocol", "midstream")
-DISCONNECT_PHASES = ("before_first_token", "streaming")
 LAG_INTERVAL_S = 0.25
 # How long what the request path records may wait before it is in prometheus-client's values
 # (where a scrape of another worker process reads it).

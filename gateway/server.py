@@ -13,7 +13,7 @@ import signal
 import ssl
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
@@ -22,6 +22,7 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from gateway import protocol as protocol_members
 from gateway.config import Config, Limits, Shutdown
 from gateway.protocol import Guard, GuardedServer
 from gateway.proxy.exchange import SERVICES
@@ -75,7 +76,7 @@ def reload_ssl(ctx: ssl.SSLContext, config: Config) -> None:
 async def start_app(app: web.Application) -> None:
     """Start an app as aiohttp's AppRunner does (its startup hooks and cleanup contexts), for a
     listener that is not that app's own."""
-    app._set_loop(asyncio.get_running_loop())
+    protocol_members.bind_loop(app)
     app.on_startup.freeze()
     try:
         await app.startup()
@@ -151,14 +152,14 @@ class Switch:
         task: "asyncio.Task[None]",
     ) -> BaseRequest:
         # The current app's request carries its body size limit (`limits.max_body_bytes`).
-        return self._current.app._make_request(message, payload, protocol, writer, task)
+        return protocol_members.make_request(self._current.app, message, payload, protocol, writer, task)
 
     async def handle(self, request: BaseRequest) -> web.StreamResponse:
         live = self._current
         live.in_flight += 1
         self.idle.clear()
         try:
-            resp = await live.app._handle(cast(web.Request, request))
+            resp = await protocol_members.handle(live.app, request)
             if self.closing and not resp.prepared:
                 # The answer says `Connection: close`, so its client opens no more requests on
                 # this connection. (A stream whose headers went out earlier keeps its connection:

@@ -177,9 +177,4 @@ class SSEDecoder:
             self.stray.append(line)
 
 
-def encode_data(payload: bytes, space: bool = True) -> bytes:
-    """One `data:` event; `payload` must not contain newlines (JSON from orjson never does)."""
-    return (b"data: " if space else b"data:") + payload + b"\n\n"
-
-
 DONE_FRAME = b"data: [DONE]\n\n"
