@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from gateway.adapters import template_for, tokenizer_for
+from gateway.codec.contract import StateStore
 from gateway.config import Config
 from gateway.dialects import registry
 from gateway.health import READINESS, Readiness, healthz, readyz
@@ -28,6 +29,7 @@ from gateway.proxy.engine import ProxyEngine
 from gateway.proxy.exchange import SERVICES, Services
 from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
+from gateway.proxy.state import make_store
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
 
@@ -40,9 +42,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BACKENDS = web.AppKey("backends", dict[str, Backend])
 
 
-def create_app(config: Config, metrics: Metrics | None = None) -> web.Application:
+def create_app(config: Config, metrics: Metrics | None = None, store: StateStore | None = None) -> web.Application:
     """The gateway app for `config`. Given `metrics`, the caller owns them and runs their
-    process-wide parts itself (`process_metrics`); otherwise the app makes and runs its own."""
+    process-wide parts itself (`process_metrics`); otherwise the app makes and runs its own.
+    Given `store`, what stateful APIs keep outlives the app (a reload keeps it)."""
     shapes = ErrorShapes()
     app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[error_middleware(shapes)])
     own_metrics = metrics is None
@@ -56,6 +59,7 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
     svc = Services.of(metrics, config.limits, config.auth.keys() if config.auth else None)
     svc.trusted_proxies = config.listen.proxy_networks()
     svc.objectives = dict(config.inference_objectives)
+    svc.store = store if store is not None else make_store(config.responses_store)
     app[SERVICES] = svc
     tracing = svc.tracing = _tracing(config)
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}

@@ -263,6 +263,24 @@ class Tracing(_Strict):
         return v.rstrip("/") + "/v1/traces" if v[m.end() :] in ("", "/") else v
 
 
+class ResponsesStore(_Strict):
+    """What stateful inbound APIs keep between requests (the Responses API's stored responses):
+    in this process, bounded by entries and bytes with the oldest let go first; or in Redis,
+    shared by worker processes and replicas, each entry kept for `ttl_s`."""
+
+    max_entries: int = Field(10_000, gt=0)
+    max_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    redis_url: str | None = None
+    ttl_s: float = Field(30 * 24 * 3600.0, gt=0)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(redis|rediss|unix)://", v):
+            raise ValueError(f"not a redis://, rediss:// or unix:// URL: {v!r}")
+        return v
+
+
 class Route(_Strict):
     name: str = Field(min_length=1)
     dialect: RouteDialect
@@ -286,6 +304,7 @@ class Config(_Strict):
     logging: Logging = Field(default_factory=Logging)
     shutdown: Shutdown = Field(default_factory=Shutdown)
     tracing: Tracing | None = None
+    responses_store: ResponsesStore = Field(default_factory=ResponsesStore)
     # The priority of each InferenceObjective of the pool (its spec.priority: higher goes first),
     # by the name requests carry in the Inference Extension's objective header.
     inference_objectives: dict[str, int] = Field(default_factory=dict)

@@ -1,15 +1,19 @@
 """A dialect is a plug-in: one folder and one registry line (the test suite's `plain` dialect, in
 tests/plugin_dialect, spoken only by clients), and the config refuses what a dialect lacks."""
 
+import asyncio
+import contextlib
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from gateway import jsonutil
 from gateway.codec.contract import Dialect
 from gateway.config import ConfigError, parse_config
 from gateway.dialects import registry
 from tests.plugin_dialect import DIALECT as PLAIN
-from tests.support import json_reply
+from tests.support import Recorded, json_reply
 
 
 @pytest.fixture
@@ -85,3 +89,51 @@ def test_the_embedded_default_mounts_only_what_clients_speak(plain):
     routes = {r.dialect for r in embedded_default().routes}
     assert "plain" in routes
     assert routes == set(registry.inbound_names())
+
+
+def _completion(text: str) -> dict[str, Any]:
+    return {"id": "c", "object": "text_completion", "model": "m", "choices": [
+        {"index": 0, "text": text, "finish_reason": "stop"}]}  # fmt: skip
+
+
+async def test_what_a_stateful_api_keeps_is_each_callers_own(plain, upstream, make_gateway):
+    gw = await make_gateway(_config(upstream.url, auth={"api_keys": ["k1", "k2"]}))
+    for key, text in (("k1", "one"), ("k2", "two")):
+        upstream.reply = json_reply(_completion(text))
+        assert (await gw.post("/plain/generate", json={"text": "a"}, headers={"X-Plain-Key": key})).status == 200
+    assert await (await gw.get("/plain/last", headers={"X-Plain-Key": "k1"})).json() == {"last": "one"}
+    assert await (await gw.get("/plain/last", headers={"X-Plain-Key": "k2"})).json() == {"last": "two"}
+    assert (await gw.get("/plain/last")).status == 401
+
+
+async def test_a_pinging_stream_pings_in_each_silence_and_keeps_what_it_sent(plain, upstream, make_gateway):
+    """The backend says nothing until the client has seen a ping: the stream's head and the ping
+    go out before the first token, and again between tokens."""
+    saw_ping = asyncio.Event()
+
+    async def silent_then_text(request: web.Request, rec: Recorded) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for text in ("a", "b"):
+            with contextlib.suppress(TimeoutError):  # without pings, the test fails rather than hangs
+                await asyncio.wait_for(saw_ping.wait(), 5)
+            saw_ping.clear()
+            chunk = {"id": "c", "object": "text_completion", "model": "m", "choices": [{"index": 0, "text": text}]}
+            await resp.write(b"data: " + jsonutil.dumps(chunk) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    upstream.reply = silent_then_text
+    gw = await make_gateway(_config(upstream.url))
+    resp = await gw.post("/plain/generate", json={"text": "x", "stream": True})
+    assert resp.status == 200
+    lines = []
+    while line := await resp.content.readline():
+        lines.append(line)
+        if line == b".\n":
+            saw_ping.set()
+    said = [line for line in lines if line != b".\n"]
+    assert said == [b"a\n", b"b\n", b"end\n"]
+    assert lines[0] == b".\n" and lines.index(b"b\n") > lines.index(b"a\n") + 1  # a ping before each
+    assert await (await gw.get("/plain/last")).json() == {"last": "ab"}

@@ -54,7 +54,7 @@ class Carriage:
     # The backend says a choice is finished in the event carrying its last token (see
     # RenderContext.finish_in_band).
     finish_in_band: bool = False
-    # The wire API the request goes out on ("openai.chat", "tgi"...): a client that spoke the
+    # The wire API the request goes out on (openai.chat, tgi...): a client that spoke the
     # same one (Request.wire) is the backend's own client, whose body the backend may get as it is.
     wire: str = ""
 
@@ -182,7 +182,8 @@ class EventStream(Protocol):
 
 
 class StreamRenderer(Protocol):
-    """Neutral events in, bytes for the client out."""
+    """Neutral events in, bytes for the client out. A renderer may also have the capabilities
+    below (`Pings`, `Keeps`)."""
 
     content_type: str
 
@@ -197,6 +198,24 @@ class StreamRenderer(Protocol):
     def end(self) -> bytes:
         """The stream's terminator (empty for dialects that end by closing)."""
         ...
+
+
+@runtime_checkable
+class Pings(Protocol):
+    """A stream whose clients give up on silence (Anthropic's): while the backend says nothing
+    for `ping_every_s`, the renderer's `ping` goes out (the stream's head too, if the first
+    events are that late; an error after that comes in-band)."""
+
+    ping_every_s: float
+
+    def ping(self) -> bytes: ...
+
+
+@runtime_checkable
+class Keeps(Protocol):
+    """A stream of an API that keeps state: once it ended whole, what it rendered is kept."""
+
+    async def keep(self, caller: "Caller") -> None: ...
 
 
 @record
@@ -222,6 +241,30 @@ class RenderContext:
 PathValues = Mapping[str, str]
 
 
+class StateStore(Protocol):
+    """Where an inbound dialect keeps what its API keeps between requests (the Responses API's
+    stored responses), by owner: one owner's entries are never another's. Bounded; an entry may
+    be let go (oldest first) to make room, so a dialect treats a missing entry as unknown."""
+
+    async def get(self, owner: str, key: str) -> bytes | None: ...
+
+    async def put(self, owner: str, key: str, value: bytes) -> None: ...
+
+    async def delete(self, owner: str, key: str) -> bool:
+        """Whether there was such an entry."""
+        ...
+
+
+@record
+class Caller:
+    """Who asks, as the layers below the HTTP handler know them, and what may be kept for them."""
+
+    request_id: str
+    # Whose state it is: the API key's name in the log, or "" with auth off (one owner for all).
+    owner: str
+    store: StateStore
+
+
 @record
 class Endpoint:
     """One inference path of an inbound dialect, served by the proxy's exchange handler."""
@@ -234,6 +277,10 @@ class Endpoint:
     content_type: str = "application/json"
     # Response headers of the dialect's own, from the whole answer (None for a stream).
     headers: Callable[[Answer | None, RenderContext], Mapping[str, str]] | None = None
+    # An API that keeps state: the request completed with what is kept for the caller (an earlier
+    # turn it names) before it is planned; and, after a whole answer, what is kept of it.
+    prepare: Callable[[Request, Caller], Awaitable[Request]] | None = None
+    keep: Callable[[Request, Answer, RenderContext, Caller], Awaitable[None]] | None = None
 
 
 @record
@@ -286,9 +333,9 @@ class GroupView(Protocol):
         ...
 
 
-# A path of the dialect's own that is not an inference call: health, model lists, metadata.
-# It may raise GatewayError; the proxy turns that into the dialect's error reply.
-InfoHandler = Callable[[PathValues, GroupView], Awaitable[Reply]]
+# A path of the dialect's own that is not an inference call: health, model lists, metadata, what
+# a stateful API keeps. It may raise GatewayError; the proxy turns that into the dialect's error.
+InfoHandler = Callable[[PathValues, GroupView, Caller], Awaitable[Reply]]
 
 
 @record

@@ -64,7 +64,7 @@ class Request:
     """
 
     task: Task
-    # The wire API the client spoke ("openai.chat", "tgi"...): a backend spoken to on the same one
+    # The wire API the client spoke (openai.chat, tgi...): a backend spoken to on the same one
     # may take the client's body as it is (codec.contract.Carriage.wire).
     wire: str
     model: str | None = None

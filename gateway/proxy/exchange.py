@@ -20,7 +20,19 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer, key_headers
+from gateway.codec.contract import (
+    Caller,
+    Endpoint,
+    EventStream,
+    Inbound,
+    Keeps,
+    Pings,
+    RenderContext,
+    Reply,
+    StateStore,
+    StreamRenderer,
+    key_headers,
+)
 from gateway.config import Limits
 from gateway.metrics import Metrics
 from gateway.modelserver import BackendLoad
@@ -34,6 +46,7 @@ from gateway.proxy.observe import Exchange
 from gateway.proxy.peers import Network, key_id
 from gateway.proxy.plan import DROPPED_HEADER, Plan, pool_headers
 from gateway.proxy.routing import Route, RouteGroup
+from gateway.proxy.state import MemoryStore, StoreLimits
 
 if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
     from gateway.spans import ServerTrace
@@ -91,6 +104,8 @@ class Services:
     # The gateway is draining: answers say `Connection: close` (a stream's, before it starts).
     closing: bool = False
     tracing: "Tracing | None" = None  # None: tracing is off
+    # What stateful inbound APIs keep (the Responses API's stored responses).
+    store: StateStore = field(default_factory=lambda: MemoryStore(StoreLimits(10_000, 256 * 1024 * 1024)))
 
     def end_streams(self) -> int:
         """End every stream still being written; how many there were."""
@@ -158,6 +173,9 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         body_read = True
         path = request.match_info
         req = ep.parse(body, path)
+        caller = Caller(ex.request_id, ex.key or "", svc.store)
+        if ep.prepare is not None:
+            req = await ep.prepare(req, caller)
         ex.route = route = group.route(ep.path_model(path) if ep.path_model else req.model)
         backend = route.backend
         if trace is not None:
@@ -186,7 +204,7 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         )
         ex.upstream = plan.times
         if req.stream and ep.stream_renderer is not None:
-            resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace)
+            resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace, caller)
             ex.status = resp.status
             return resp
         result = await within(when, route.engine.complete(plan))
@@ -194,6 +212,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             trace.saw_answer(result)
         out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
         ex.counted(result.usage)
+        if ep.keep is not None:
+            await ep.keep(req, result, ctx, caller)
         # The type as a header, not `content_type=`: aiohttp would parse it again.
         headers = {"Content-Type": ep.content_type, REQUEST_ID: ex.request_id}
         if ep.headers is not None:
@@ -237,18 +257,57 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             trace.end(ex)
 
 
+# What a paced stream's next read is when the backend said nothing for a while.
+SILENCE: list[Event] = []
+
+
+class _Paced:
+    """A stream read with a limit on silence, for a renderer that `Pings`: `next` gives SILENCE
+    when the backend said nothing for `every` seconds, and the read goes on waiting."""
+
+    __slots__ = ("_every", "_pending", "_stream")
+
+    def __init__(self, stream: EventStream, every: float) -> None:
+        self._stream = stream
+        self._every = every
+        self._pending: asyncio.Future[list[Event] | None] | None = None
+
+    async def next(self) -> list[Event] | None:
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._stream.next())
+        done, _ = await asyncio.wait((self._pending,), timeout=self._every)
+        if not done:
+            return SILENCE
+        read, self._pending = self._pending, None
+        return read.result()
+
+    async def aclose(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        await self._stream.aclose()
+
+
 async def _relay(
     resp: web.StreamResponse, stream: EventStream, renderer: StreamRenderer, first: list[Event] | None, ex: Exchange
 ) -> None:
-    """The stream's events, rendered and written as they come, up to its end."""
+    """The stream's events, rendered and written as they come, up to its end (with a ping in
+    each silence, for a renderer that pings)."""
     out = renderer.start()
-    if first:
+    if first is SILENCE:
+        assert isinstance(renderer, Pings)
+        out += renderer.ping()
+    elif first:
         ex.observe(first)
         out += renderer.render(first)
     if out:
         await resp.write(out)
     if first is not None:
         while (events := await stream.next()) is not None:
+            if events is SILENCE:
+                assert isinstance(renderer, Pings)
+                await resp.write(renderer.ping())
+                continue
             ex.observe(events)
             out = renderer.render(events)
             if out:
@@ -265,6 +324,7 @@ async def _stream(
     ex: Exchange,
     when: float | None,
     trace: "ServerTrace | None",
+    caller: Caller,
 ) -> web.StreamResponse:
     assert ep.stream_renderer is not None
     svc = request.app[SERVICES]
@@ -274,8 +334,11 @@ async def _stream(
     task = asyncio.current_task()
     try:
         renderer = ep.stream_renderer(req, ctx)
+        if isinstance(renderer, Pings):
+            stream = _Paced(stream, renderer.ping_every_s)
         # Wait for the first events before sending headers: a backend that fails at once
-        # still gets the client a real error status instead of a 200 with an error inside.
+        # still gets the client a real error status instead of a 200 with an error inside
+        # (unless it is silent for longer than a pinging renderer's clients wait).
         first = await within(when, stream.next())
         headers = {
             "Content-Type": renderer.content_type,
@@ -300,6 +363,8 @@ async def _stream(
         try:
             await within(when, _relay(resp, stream, renderer, first, ex))
             tail = renderer.end()
+            if isinstance(renderer, Keeps):
+                await renderer.keep(caller)
         except ConnectionResetError:
             # A write found the client gone: normal, and the upstream closes on the way out.
             ex.disconnect = "streaming" if ex.first_token else "before_first_token"

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.codec.contract import Endpoint, Inbound, InfoHandler, key_headers
+from gateway.codec.contract import Caller, Endpoint, Inbound, InfoHandler, key_headers
 from gateway.neutral.errors import GatewayError, NotFound
-from gateway.proxy.exchange import SERVICES, reply_response, serve
+from gateway.proxy.exchange import SERVICES, reply_response, request_id_of, serve
 from gateway.proxy.intake import check_auth, continue_later
 from gateway.proxy.routing import GroupPaths, RouteGroup
 
@@ -33,10 +33,10 @@ def _info(info: InfoHandler, group: RouteGroup, inbound: Inbound, auth: bool) ->
     where = key_headers(inbound)
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        svc = request.app[SERVICES]
         try:
-            if auth:
-                check_auth(request, request.app[SERVICES].api_keys, where)
-            reply = await info(request.match_info, paths)
+            owner = check_auth(request, svc.api_keys, where) if auth else None
+            reply = await info(request.match_info, paths, Caller(request_id_of(request), owner or "", svc.store))
         except GatewayError as e:
             reply = inbound.error_reply(e)
         return reply_response(reply)

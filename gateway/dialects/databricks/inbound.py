@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, RenderContext, Reply
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, RenderContext, Reply
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.databricks import params as names
 from gateway.dialects.databricks import render
@@ -145,7 +145,7 @@ COMPLETION = Endpoint(
 EMBEDDING = Endpoint(_openai_form(parse_embedding), render.render_result, None, headers=served_model)
 
 
-async def get_endpoint(path: PathValues, group: GroupView) -> Reply:
+async def get_endpoint(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     """The control-plane view of one endpoint, enough for a readiness probe (state.ready)."""
     name = path["name"]
     group.select(name)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, StreamRenderer
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, StreamRenderer
 from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.mindie import render
@@ -202,16 +202,16 @@ def error_reply(err: GatewayError) -> Reply:
     return Reply(status, jsonutil.dumps({"error": err.message, "error_type": kind}))
 
 
-async def list_models(path: PathValues, group: GroupView) -> Reply:
+async def list_models(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     data = [openai.model_object(m, "MindIE Server") for m in group.model_ids()]
     return Reply(body=jsonutil.dumps({"object": "list", "data": data}))
 
 
-async def health(path: PathValues, group: GroupView) -> Reply:
+async def health(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=None)
 
 
-async def health_timed(path: PathValues, group: GroupView) -> Reply:
+async def health_timed(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     tail = path.get("timed")
     if tail is not None:
         n = tail.removeprefix("timed-")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, RouteView
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, RouteView
 from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
@@ -177,11 +177,11 @@ async def _models(group: GroupView) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-async def list_models(path: PathValues, group: GroupView) -> Reply:
+async def list_models(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=jsonutil.dumps({"object": "list", "data": await _models(group)}))
 
 
-async def get_model(path: PathValues, group: GroupView) -> Reply:
+async def get_model(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     model = path["model"]
     for e in await _models(group):
         if e["id"] == model:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway import __version__, jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply
 from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.tgi import render
@@ -136,7 +136,7 @@ GENERATE_STREAM = Endpoint(_parse(True), render.render_result(FLAVOUR, array=Fal
 COMPAT = Endpoint(_parse(None), render.render_result(FLAVOUR, array=True), render.stream_renderer(FLAVOUR))
 
 
-async def info(path: PathValues, group: GroupView) -> Reply:
+async def info(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     ids = group.model_ids()
     body = {
         "model_id": ids[0] if ids else None,
@@ -157,7 +157,7 @@ async def info(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(body))
 
 
-async def health(path: PathValues, group: GroupView) -> Reply:
+async def health(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=None)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gateway import __version__, jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, RouteView
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, RouteView
 from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.triton import params as names
@@ -167,15 +167,15 @@ def _version_known(path: PathValues) -> None:
         raise NotFound(f"Request for unknown model: '{path['model']}' version {version} is not found")
 
 
-async def live(path: PathValues, group: GroupView) -> Reply:
+async def live(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(200)
 
 
-async def ready(path: PathValues, group: GroupView) -> Reply:
+async def ready(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(200 if await group.ready(group.routes) else 400)
 
 
-async def server_info(path: PathValues, group: GroupView) -> Reply:
+async def server_info(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     """`GET /v2`: the Triton server's own answer where one serves the group, else the gateway's."""
     for route in group.routes:
         if _triton_backend(route):
@@ -188,7 +188,7 @@ async def server_info(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(server_metadata(__version__)))
 
 
-async def metadata(path: PathValues, group: GroupView) -> Reply:
+async def metadata(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     model = path["model"]
     route = group.select(model)
     upstream = _backend_path(route, path)
@@ -198,7 +198,7 @@ async def metadata(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(model_metadata(model)))
 
 
-async def config(path: PathValues, group: GroupView) -> Reply:
+async def config(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     model = path["model"]
     route = group.select(model)
     upstream = _backend_path(route, path, "/config")
@@ -208,7 +208,7 @@ async def config(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(model_config(model)))
 
 
-async def model_ready(path: PathValues, group: GroupView) -> Reply:
+async def model_ready(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     try:
         route = group.select(path["model"])
     except NotFound:

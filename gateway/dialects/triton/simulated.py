@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__, jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Inbound, Mount, PathValues, RenderContext, Reply
+from gateway.codec.contract import Caller, Endpoint, GroupView, Inbound, Mount, PathValues, RenderContext, Reply
 from gateway.dialects.triton import inbound as triton
 from gateway.dialects.triton import render
 from gateway.dialects.triton.schema import (
@@ -239,21 +239,21 @@ def _stream(server: Imitation) -> Any:
 # The simulated server describes itself: there is no server behind it to ask.
 
 
-async def _server(path: PathValues, group: GroupView) -> Reply:
+async def _server(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=jsonutil.dumps({"name": "triton", "version": __version__, "extensions": []}))
 
 
-async def _metadata(path: PathValues, group: GroupView) -> Reply:
+async def _metadata(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     group.select(path["model"])
     return Reply(body=jsonutil.dumps(model_metadata(path["model"])))
 
 
-async def _config(path: PathValues, group: GroupView) -> Reply:
+async def _config(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     group.select(path["model"])
     return Reply(body=jsonutil.dumps(model_config(path["model"])))
 
 
-async def _model_ready(path: PathValues, group: GroupView) -> Reply:
+async def _model_ready(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     try:
         group.select(path["model"])
     except NotFound:
