@@ -43,7 +43,7 @@ class Listen(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     tls: TLSListen | None = None
-    # Proxies (addresses or CIDR blocks) whose X-Forwarded-For the access log believes.
+    # Proxies (addresses or CIDR blocks) whose X-Forwarded-For names the client (log, limits).
     trusted_proxies: list[str] = Field(default_factory=list)
 
     @field_validator("trusted_proxies")
@@ -82,7 +82,12 @@ class Limits(_Strict):
     # From a connection's first byte (or from its opening) to the end of a request's headers.
     client_header_timeout_s: float = Field(10.0, gt=0)
     # From the end of the headers to the end of the body.
-    client_body_timeout_s: float = Field(30.0, gt=0)
+    client_body_timeout_s: float = Field(60.0, gt=0)
+    # A body on its way is looked at every body_rate_grace_s from the headers on: each such stretch
+    # must have brought this many bytes a second (408 once one has not).
+    min_body_rate_bytes_s: int = Field(4096, gt=0)
+    body_rate_grace_s: float = Field(10.0, gt=0)
+    max_unfinished_bodies_per_client: int = Field(32, gt=0)  # the client as the access log names it
     # An idle keep-alive connection is closed after this long.
     client_keepalive_timeout_s: float = Field(75.0, gt=0)
     # All header lines of one request together.
@@ -196,9 +201,7 @@ class Backend(_Strict):
         return self
 
     def targets(self) -> list[str]:
-        if self.url:
-            return [self.url]
-        return list(self.urls or [])
+        return [self.url] if self.url else list(self.urls or [])
 
 
 class Shutdown(_Strict):
@@ -300,10 +303,9 @@ def expand_env(value: Any, path: str, missing: list[str]) -> Any:
             name, default = m.group(1), m.group(2)
             if name in os.environ:
                 return os.environ[name]
-            if default is not None:
-                return default
-            missing.append(f"{path}: environment variable {name} is not set")
-            return ""
+            if default is None:
+                missing.append(f"{path}: environment variable {name} is not set")
+            return default or ""
 
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
@@ -317,9 +319,7 @@ def _format(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
+        msg = e["msg"].removeprefix("Value error, ")
         # Cross-reference checks already carry their own key paths.
         if e["type"] == "value_error" and re.match(r"^routes\.\d+\.", msg):
             lines.extend(msg.split("; "))
