@@ -8,17 +8,21 @@ are validated by the dialect's own options model, so an unknown option is a conf
 import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic.functional_validators import AfterValidator
 
 from gateway.dialects import registry
+from gateway.upstream import DIRECT, Egress, check_proxy, check_url
 
 DialectName = Literal["openai", "mindie", "tgi", "triton", "databricks"]
 # A header name is an HTTP token; a value holds no line break or NUL (which would smuggle in a
 # header, or a request, of its own).
 HeaderName = Annotated[str, StringConstraints(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
 HeaderValue = Annotated[str, StringConstraints(pattern=r"^[^\r\n\x00]*$")]
+BackendURL = Annotated[str, AfterValidator(check_url)]  # http(s), or a unix socket (docs/upstream.md)
 
 
 class ConfigError(Exception):
@@ -144,8 +148,8 @@ class BackendTLS(_Strict):
 
 class Backend(_Strict):
     dialect: DialectName
-    url: str | None = None
-    urls: list[str] | None = None
+    url: BackendURL | None = None
+    urls: list[BackendURL] | None = None
     simulate: bool = False
     model: str | None = None
     headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
@@ -180,28 +184,24 @@ class Backend(_Strict):
     tls: BackendTLS | None = None
     # Where the backend's own Prometheus metrics are, for its KV-cache use in pool-member mode
     # (unset: where the dialect's servers usually have them, if they have a KV figure at all).
-    metrics_url: str | None = None
+    metrics_url: BackendURL | None = None
+    proxy: Annotated[str, AfterValidator(check_proxy)] | None = None  # a URL or none; unset: the environment's
     options: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("metrics_url")
-    @classmethod
-    def _metrics_url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"not an http(s) URL: {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _one_target(self) -> "Backend":
         given = [k for k in ("url", "urls", "simulate") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("exactly one of url, urls, simulate must be set")
-        for u in self.targets():
-            if not re.match(r"^https?://[^/\s]+", u):
-                raise ValueError(f"not an http(s) URL: {u!r}")
+        self.egress(os.environ)  # the environment's proxy, when it is one the gateway cannot use
         return self
 
     def targets(self) -> list[str]:
         return [self.url] if self.url else list(self.urls or [])
+
+    def egress(self, environ: Mapping[str, str]) -> Egress:
+        """How its connections leave; in the process (simulated), directly."""
+        return DIRECT if self.simulate else Egress.of(self.proxy, environ, [*self.targets(), self.metrics_url or ""])
 
 
 class Shutdown(_Strict):

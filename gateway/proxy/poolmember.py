@@ -22,9 +22,9 @@ from yarl import URL
 
 from gateway.config import Config
 from gateway.modelserver import CacheCollector, KvCache
-from gateway.proxy.routing import Backend, shown_url
+from gateway.proxy.routing import Backend
 from gateway.records import record
-from gateway.upstream import Fault, Target
+from gateway.upstream import Fault, shown_url
 
 log = logging.getLogger("gateway")
 
@@ -137,18 +137,20 @@ def kind_of(dialect: str, options: dict[str, object]) -> Kind | None:
     return None
 
 
-def metrics_urls(b: Backend) -> list[str]:
-    """Where the backend's metrics page is: `metrics_url` when set, else where its servers keep it
-    by default: a vLLM-style OpenAI server on its own port, Triton on each replica's metrics port.
-    MindIE's is on its management address and `metricsPort`, which only its config knows, and the
-    public OpenAI API has none: those need `metrics_url`."""
+def metrics_urls(b: Backend) -> list[tuple[str, str]]:
+    """Where the backend's metrics page is, as a URL and the path under it: `metrics_url` when
+    set, else where its servers keep it by default: a vLLM-style OpenAI server on its own port,
+    Triton on each replica's metrics port (not on a unix socket, which has no ports). MindIE's is
+    on its management address and `metricsPort`, which only its config knows, and the public
+    OpenAI API has none: those need `metrics_url`."""
     if b.conf.metrics_url:
-        return [b.conf.metrics_url]
+        return [(b.conf.metrics_url, "")]
     options = b.view.options.model_dump()
     if b.conf.dialect == "openai" and options.get("extensions") == "vllm":
-        return [u + "/metrics" for u in b.urls]
+        return [(u, "/metrics") for u in b.urls]
     if b.conf.dialect == "triton":
-        return [str(URL(u).with_port(TRITON_METRICS_PORT).with_path("/metrics")) for u in b.urls]
+        tcp = [URL(u) for u in b.urls if URL(u).scheme in ("http", "https")]
+        return [(str(u.with_port(TRITON_METRICS_PORT).with_path("/", keep_query=True)), "/metrics") for u in tcp]
     return []
 
 
@@ -197,7 +199,7 @@ class Scraper:
     """Reads one backend's KV-cache figure every `interval_s` into the cache collector."""
 
     def __init__(
-        self, backend: Backend, kind: Kind, urls: Sequence[str], model_name: str, cache: CacheCollector
+        self, backend: Backend, kind: Kind, urls: Sequence[tuple[str, str]], model_name: str, cache: CacheCollector
     ) -> None:
         self.backend = backend
         self.kind = kind
@@ -216,7 +218,7 @@ class Scraper:
 
     async def scrape(self) -> KvCache | None:
         """The figure now: with several replicas, the fullest cache among those that give one."""
-        found = await asyncio.gather(*(self._one(u) for u in self.urls))
+        found = await asyncio.gather(*(self._one(*u) for u in self.urls))
         readings = [r for r, _ in found if r is not None]
         if not readings:
             self._say(found[0][1] if found else "no metrics page", warn=True)
@@ -226,24 +228,25 @@ class Scraper:
         usage = max(r.usage for r in readings)
         return KvCache(usage, blocks.block_size, blocks.num_blocks) if blocks else KvCache(usage)
 
-    async def _one(self, url: str) -> tuple[KvCache | None, str]:
+    async def _one(self, base: str, path: str) -> tuple[KvCache | None, str]:
         b = self.backend
+        url = f"{path} at {shown_url(base)}" if path else shown_url(base)
         try:
             async with asyncio.timeout(SCRAPE_TIMEOUT_S):
                 resp = await b.client().request(
-                    Target.of(url), "GET", b.headers, None, connect_timeout=None, timeout=None
+                    b.target(base, path), "GET", b.headers, None, connect_timeout=None, timeout=None
                 )
                 try:
                     if resp.status != 200:
-                        return None, f"{shown_url(url)} answered {resp.status}"
+                        return None, f"{url} answered {resp.status}"
                     body = await resp.prefix(MAX_PAGE_BYTES)  # the whole page, not its first segment
                 finally:
                     resp.release()
         except (TimeoutError, Fault) as e:
-            return None, f"{shown_url(url)} did not answer ({type(e).__name__})"
+            return None, f"{url} did not answer ({type(e).__name__})"
         reading = read_page(self.kind, body.decode("utf-8", "replace"))
         if reading is None:
-            return None, f"{shown_url(url)} gives no KV-cache figure that {self.kind.name} servers give"
+            return None, f"{url} gives no KV-cache figure that {self.kind.name} servers give"
         return reading, "read"
 
     def _say(self, what: str, warn: bool) -> None:
