@@ -63,6 +63,8 @@ def create_app(config: Config, metrics: Metrics | None = None, store: StateStore
     app[SERVICES] = svc
     tracing = svc.tracing = _tracing(config)
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
+    for b in backends.values():
+        REDACT.add(b.egress.secrets())  # its proxy's credentials, from its config or the environment
     app[BACKENDS] = backends
     pool_member = config.metrics.model_server_gauges and metrics.enabled
     if pool_member:

@@ -8,6 +8,7 @@ are validated by the dialect's own options model, so an unknown option is a conf
 import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,6 +23,7 @@ from pydantic import (
 )
 
 from gateway.dialects import registry
+from gateway.upstream import DIRECT, Egress, check_proxy, check_url
 
 
 def _one_of(names: list[str]) -> str:
@@ -53,6 +55,7 @@ RouteDialect = Annotated[str, AfterValidator(_route_dialect)]
 # header, or a request, of its own).
 HeaderName = Annotated[str, StringConstraints(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
 HeaderValue = Annotated[str, StringConstraints(pattern=r"^[^\r\n\x00]*$")]
+BackendURL = Annotated[str, AfterValidator(check_url)]  # http(s), or a unix socket (docs/upstream.md)
 
 
 class ConfigError(Exception):
@@ -77,7 +80,7 @@ class Listen(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     tls: TLSListen | None = None
-    # Proxies (addresses or CIDR blocks) whose X-Forwarded-For the access log believes.
+    # Proxies (addresses or CIDR blocks) whose X-Forwarded-For names the client (log, limits).
     trusted_proxies: list[str] = Field(default_factory=list)
 
     @field_validator("trusted_proxies")
@@ -116,7 +119,12 @@ class Limits(_Strict):
     # From a connection's first byte (or from its opening) to the end of a request's headers.
     client_header_timeout_s: float = Field(10.0, gt=0)
     # From the end of the headers to the end of the body.
-    client_body_timeout_s: float = Field(30.0, gt=0)
+    client_body_timeout_s: float = Field(60.0, gt=0)
+    # A body on its way is looked at every body_rate_grace_s from the headers on: each such stretch
+    # must have brought this many bytes a second (408 once one has not).
+    min_body_rate_bytes_s: int = Field(4096, gt=0)
+    body_rate_grace_s: float = Field(10.0, gt=0)
+    max_unfinished_bodies_per_client: int = Field(32, gt=0)  # the client as the access log names it
     # An idle keep-alive connection is closed after this long.
     client_keepalive_timeout_s: float = Field(75.0, gt=0)
     # All header lines of one request together.
@@ -173,8 +181,8 @@ class BackendTLS(_Strict):
 
 class Backend(_Strict):
     dialect: BackendDialect
-    url: str | None = None
-    urls: list[str] | None = None
+    url: BackendURL | None = None
+    urls: list[BackendURL] | None = None
     simulate: bool = False
     model: str | None = None
     headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
@@ -209,30 +217,24 @@ class Backend(_Strict):
     tls: BackendTLS | None = None
     # Where the backend's own Prometheus metrics are, for its KV-cache use in pool-member mode
     # (unset: where the dialect's servers usually have them, if they have a KV figure at all).
-    metrics_url: str | None = None
+    metrics_url: BackendURL | None = None
+    proxy: Annotated[str, AfterValidator(check_proxy)] | None = None  # a URL or none; unset: the environment's
     options: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("metrics_url")
-    @classmethod
-    def _metrics_url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"not an http(s) URL: {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _one_target(self) -> "Backend":
         given = [k for k in ("url", "urls", "simulate") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("exactly one of url, urls, simulate must be set")
-        for u in self.targets():
-            if not re.match(r"^https?://[^/\s]+", u):
-                raise ValueError(f"not an http(s) URL: {u!r}")
+        self.egress(os.environ)  # the environment's proxy, when it is one the gateway cannot use
         return self
 
     def targets(self) -> list[str]:
-        if self.url:
-            return [self.url]
-        return list(self.urls or [])
+        return [self.url] if self.url else list(self.urls or [])
+
+    def egress(self, environ: Mapping[str, str]) -> Egress:
+        """How its connections leave; in the process (simulated), directly."""
+        return DIRECT if self.simulate else Egress.of(self.proxy, environ, [*self.targets(), self.metrics_url or ""])
 
 
 class Shutdown(_Strict):
@@ -353,10 +355,9 @@ def expand_env(value: Any, path: str, missing: list[str]) -> Any:
             name, default = m.group(1), m.group(2)
             if name in os.environ:
                 return os.environ[name]
-            if default is not None:
-                return default
-            missing.append(f"{path}: environment variable {name} is not set")
-            return ""
+            if default is None:
+                missing.append(f"{path}: environment variable {name} is not set")
+            return default or ""
 
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
@@ -370,9 +371,7 @@ def _format(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
+        msg = e["msg"].removeprefix("Value error, ")
         # Cross-reference checks already carry their own key paths.
         if e["type"] == "value_error" and re.match(r"^routes\.\d+\.", msg):
             lines.extend(msg.split("; "))

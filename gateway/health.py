@@ -22,7 +22,7 @@ from gateway import jsonutil
 from gateway.codec.contract import HealthDocument
 from gateway.proxy.bodies import MAX_INFO_BODY
 from gateway.proxy.routing import Backend
-from gateway.upstream import Fault, Target
+from gateway.upstream import Fault
 
 PROBE_TIMEOUT_S = 2.0
 CACHE_S = 2.0
@@ -50,7 +50,7 @@ class Readiness:
             # The probe's whole exchange, connection included, within timeout_s.
             async with asyncio.timeout(self.timeout_s):
                 resp = await b.client().request(
-                    Target.of(url + path), "GET", b.headers, None, connect_timeout=None, timeout=None
+                    b.target(url, path), "GET", b.headers, None, connect_timeout=None, timeout=None
                 )
                 try:
                     body = await resp.read(MAX_INFO_BODY)

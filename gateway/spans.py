@@ -221,9 +221,10 @@ class ClientTrace(_Trace):
             "http.request.method": method,
             "http.response.status_code": status,
             "gateway.replica": replica,
-            "server.address": target.host,
-            "server.port": target.port,
+            "server.address": target.host,  # a unix socket's path, for a backend on one
         }
+        if target.port:  # a unix socket has none
+            attrs["server.port"] = target.port
         if attempt:
             attrs["http.request.resend_count"] = attempt
         self.span.set_attributes(attrs)

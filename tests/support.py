@@ -6,6 +6,8 @@ coroutine that answers one request (helpers below build the usual ones), then as
 """
 
 import asyncio
+import datetime
+import ipaddress
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -14,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from httpx_sse._decoders import SSEDecoder
 
 from gateway import jsonutil
@@ -165,3 +171,47 @@ async def start_workers(
         await proc.wait()
         raise
     return proc, banner
+
+
+# ---- certificates, made for each run ---------------------------------------------------------
+
+Cert = tuple[ec.EllipticCurvePrivateKey, x509.Certificate]
+
+
+def issue_cert(subject: str, issuer: Cert | None = None, names: list[str] | None = None) -> Cert:
+    """A certificate for `subject`, valid a day: a CA's own (no issuer), or one `issuer` signs for
+    `names` (IP addresses or DNS names, its subject alternative names)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject_name)
+        .issuer_name(issuer[1].subject if issuer else subject_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+    )
+    if names:
+        alt: list[x509.GeneralName] = []
+        for n in names:
+            try:
+                alt.append(x509.IPAddress(ipaddress.ip_address(n)))
+            except ValueError:
+                alt.append(x509.DNSName(n))
+        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+    return key, builder.sign(issuer[0] if issuer else key, hashes.SHA256())
+
+
+def write_pem(folder: Path, name: str, cert: Cert) -> tuple[str, str]:
+    """The certificate and its key as `name`.pem and `name`.key in `folder`: their paths."""
+    k, c = folder / f"{name}.key", folder / f"{name}.pem"
+    k.write_bytes(
+        cert[0].private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    c.write_bytes(cert[1].public_bytes(serialization.Encoding.PEM))
+    return str(c), str(k)

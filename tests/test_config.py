@@ -91,7 +91,7 @@ def test_single_targets_are_fine():
 
 
 def test_bad_urls_and_values():
-    assert problems(cfg(url="ftp://h/x")) == ["backends.up: not an http(s) URL: 'ftp://h/x'"]
+    assert problems(cfg(url="ftp://h/x")) == ["backends.up.url: not an http(s) or unix-socket URL: 'ftp://h/x'"]
     assert problems(cfg(timeout_s=0)) == ["backends.up.timeout_s: Input should be greater than 0"]
     assert problems(cfg(dialect="grpc"))[0].startswith("backends.up.dialect: Input should be 'openai', ")
 
@@ -235,3 +235,43 @@ def test_embedded_default_mounts_every_available_dialect():
     assert all(b.simulate for b in c.backends.values())
     assert next(r for r in c.routes if r.dialect == "openai").prefix == ""
     assert c.listen.host == "127.0.0.1" and c.listen.port == 8080
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        {"url": "unix:/run/vllm.sock"},
+        {"url": "http+unix://%2Frun%2Fvllm.sock/prefix?api-version=1"},
+        {"url": "https://h/openai?api-version=2024-06-01"},
+        {"url": None, "urls": ["unix:/run/a.sock", "http://b:1"]},
+        {"metrics_url": "unix:/run/vllm.sock"},
+    ],
+)
+def test_unix_sockets_and_base_queries_are_backend_urls(target):
+    data = cfg(**target)
+    data["backends"]["up"] = {k: v for k, v in data["backends"]["up"].items() if v is not None}
+    parse_config(data)
+
+
+@pytest.mark.parametrize(
+    "proxy", ["none", "None", "http://proxy.corp:3128", "proxy.corp:3128", "http://u:p@proxy.corp"]
+)
+def test_a_backends_proxy_is_a_proxy_url_or_none(proxy):
+    assert parse_config(cfg(proxy=proxy)).backends["up"].proxy == proxy
+
+
+def test_a_proxy_the_gateway_cannot_use_is_a_config_error_without_its_credentials(monkeypatch):
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert problems(cfg(proxy="socks5://u:hunter22@p:1080")) == [
+        "backends.up.proxy: socks5://p:1080: only an http:// proxy is supported (CONNECT is sent to it in plain HTTP)"
+    ]
+    # The environment's, for a scheme a backend's URLs have: named by its variable.
+    monkeypatch.setenv("ALL_PROXY", "socks5h://p:1080")
+    assert problems(cfg(url="https://h")) == [
+        "backends.up: ALL_PROXY (from the environment): socks5h://p:1080: only an http:// proxy is supported "
+        "(CONNECT is sent to it in plain HTTP)"
+    ]
+    monkeypatch.setenv("https_proxy", "http://p:3128")
+    parse_config(cfg(url="https://h"))  # https_proxy is the one https backends use
+    parse_config(cfg(url="https://h", proxy="none"))

@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.protocol import Guard
 from gateway.reload import digest
 from gateway.server import Listener, Switch, drain, start_app
+from tests.support import issue_cert, write_pem
 from tests.test_cli import gateway as gateway_command
 from tests.test_lifecycle_drain import (
     chat,
@@ -26,7 +27,6 @@ from tests.test_lifecycle_drain import (
     simulator,
 )
 from tests.test_metrics import samples, value
-from tests.test_tls import _issue, _name, _write
 
 SIM_FAST = "{dialect: openai, simulate: true}"
 
@@ -236,11 +236,10 @@ async def test_sighup_with_workers_reloads_each_worker_and_reports_problems_once
 
 
 def _pki(folder: Path) -> dict[str, tuple[str, str]]:
-    ca_key, ca_cert = _issue("reload CA", None, _name("reload CA"), ca=True, san=False)
-    out = {"ca": _write(folder, "ca", ca_key, ca_cert)}
+    ca = issue_cert("reload CA")
+    out = {"ca": write_pem(folder, "ca", ca)}
     for name in ("one", "two"):
-        key, cert = _issue(name, ca_key, ca_cert.subject, ca=False, san=True)
-        out[name] = _write(folder, name, key, cert)
+        out[name] = write_pem(folder, name, issue_cert(name, ca, ["127.0.0.1"]))
     return out
 
 

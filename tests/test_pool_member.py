@@ -338,16 +338,29 @@ def test_which_reader_a_backend_gets(dialect, options, kind):
     assert (source.page if source else None) is kind
 
 
+VLLM_OPTIONS = {"extensions": "vllm"}
+TRITON_PAGE = "/metrics"
+
+
 @pytest.mark.parametrize(
     ("backend", "urls"),
     [
-        ({"dialect": "openai", "url": "http://vllm:8000", "options": {"extensions": "vllm"}}, ["http://vllm:8000/metrics"]),
+        ({"dialect": "openai", "url": "http://vllm:8000", "options": VLLM_OPTIONS}, [("http://vllm:8000", "/metrics")]),
+        ({"dialect": "openai", "url": "unix:/run/v.sock", "options": VLLM_OPTIONS}, [("unix:/run/v.sock", "/metrics")]),
         ({"dialect": "openai", "url": "https://api.openai.com"}, []),  # the public API has none
-        ({"dialect": "triton", "urls": ["http://t0:8000", "http://t1:8000"]}, ["http://t0:8002/metrics", "http://t1:8002/metrics"]),
+        (
+            {"dialect": "triton", "urls": ["http://t0:8000", "http://t1:8000"]},
+            [("http://t0:8002/", TRITON_PAGE), ("http://t1:8002/", TRITON_PAGE)],
+        ),
+        ({"dialect": "triton", "url": "http://t0:8000/p?k=v"}, [("http://t0:8002/?k=v", TRITON_PAGE)]),
+        ({"dialect": "triton", "url": "unix:/run/triton.sock"}, []),  # a socket has no metrics port
         ({"dialect": "mindie", "url": "http://127.0.0.1:1025"}, []),  # only MindIE's own config knows
-        ({"dialect": "mindie", "url": "http://127.0.0.1:1025", "metrics_url": "https://127.0.0.1:1027/metrics"}, ["https://127.0.0.1:1027/metrics"]),
+        (
+            {"dialect": "mindie", "url": "http://127.0.0.1:1025", "metrics_url": "https://127.0.0.1:1027/metrics"},
+            [("https://127.0.0.1:1027/metrics", "")],
+        ),
     ],
-)  # fmt: skip
+)
 def test_where_a_backends_metrics_page_is(backend, urls):
     conf = parse_config({"backends": {"b": backend}, "routes": [{"name": "r", "dialect": "openai", "backend": "b"}]})
     b = build_backend("b", conf.backends["b"], registry.get(backend["dialect"]))
@@ -359,7 +372,7 @@ def test_metrics_url_must_be_a_url():
     config = pool_config("http://up", metrics_url="localhost:8002/metrics")
     with pytest.raises(ConfigError) as e:
         parse_config(config)
-    assert e.value.lines == ["backends.up.metrics_url: not an http(s) URL: 'localhost:8002/metrics'"]
+    assert e.value.lines == ["backends.up.metrics_url: not an http(s) or unix-socket URL: 'localhost:8002/metrics'"]
 
 
 async def test_the_backends_kv_figure_reaches_the_picker_and_leaves_with_it(upstream, make_gateway, monkeypatch):

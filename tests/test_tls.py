@@ -1,67 +1,26 @@
 """TLS on both sides: a MindIE backend behind mutual TLS (its usual setup), and the gateway's own
 HTTPS listener requiring client certificates. Certificates are made for each run."""
 
-import datetime
-import ipaddress
 import ssl
-from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from tests.support import issue_cert, write_pem
 
 INFER_ANSWER = {"generated_text": " over TLS", "details": {"finish_reason": "eos_token", "generated_tokens": 2}}
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _issue(subject: str, issuer_key, issuer: x509.Name, ca: bool, san: bool):  # type: ignore[no-untyped-def]
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if san:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-    return key, builder.sign(issuer_key or key, hashes.SHA256())
-
-
-def _write(folder: Path, name: str, key, cert) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    k, c = folder / f"{name}.key", folder / f"{name}.pem"
-    k.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    c.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return str(c), str(k)
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     folder = tmp_path_factory.mktemp("pki")
-    ca_key, ca_cert = _issue("test CA", None, _name("test CA"), ca=True, san=False)
-    out = {"ca": _write(folder, "ca", ca_key, ca_cert)}
-    for name, san in (("server", True), ("client", False)):
-        key, cert = _issue(name, ca_key, ca_cert.subject, ca=False, san=san)
-        out[name] = _write(folder, name, key, cert)
+    ca = issue_cert("test CA")
+    out = {"ca": write_pem(folder, "ca", ca)}
+    for name, san in (("server", ["127.0.0.1"]), ("client", [])):
+        out[name] = write_pem(folder, name, issue_cert(name, ca, san))
     return out
 
 

@@ -155,7 +155,8 @@ class KvSource:
     (gateway.modelserver's readers), and where the page is when the config does not say."""
 
     page: "PageKind"
-    urls: Sequence[str]
+    # Where the page is: (a URL, the path under it), each joined as requests' paths are.
+    urls: Sequence[tuple[str, str]]
 
 
 @runtime_checkable

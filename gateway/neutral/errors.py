@@ -103,7 +103,8 @@ class Overloaded(GatewayError):
 
 
 class RateLimited(GatewayError):
-    """A backend's queue is full, or a request waited in it too long."""
+    """A backend's queue is full, a request waited in it too long, or a client is sending as many
+    bodies at once as it may."""
 
     status = 429
     kind = Kind.RATE_LIMIT

@@ -4,15 +4,18 @@ A backend may also have a `Gate` of its own (`backends.X.max_concurrent`), where
 their turn (`priority_of` says what it is). Two budgets are process-wide: upstream request
 slots (`limits.max_concurrent_requests`; a fanned-out request takes one slot per upstream
 request it opens) and request-body bytes held in memory (`limits.max_buffered_body_bytes`). A
-request takes its first slot and reserves room for its body before the body is read, so a flood
-of slow or unfinished bodies is turned away with a 503 instead of filling memory. Everything a
-request took comes back in one `release`.
+request reserves room for its body before the body is read, so a flood of slow or unfinished
+bodies is turned away with a 503 instead of filling memory, and takes its first slot only once
+the body is whole, so that slow bodies hold no slot other requests could use. A body still
+arriving also counts against its client's share (`limits.max_unfinished_bodies_per_client`).
+Everything a request took comes back in one `release`.
 """
 
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -30,13 +33,16 @@ class Ticket:
 
 
 class Budget:
-    __slots__ = ("body_bytes", "max_body_bytes", "max_slots", "slots")
+    __slots__ = ("arriving", "body_bytes", "max_arriving", "max_body_bytes", "max_slots", "slots")
 
-    def __init__(self, max_slots: int, max_body_bytes: int) -> None:
+    def __init__(self, max_slots: int, max_body_bytes: int, max_arriving: int) -> None:
         self.max_slots = max_slots
         self.max_body_bytes = max_body_bytes
+        self.max_arriving = max_arriving  # per client
         self.slots = 0
         self.body_bytes = 0
+        # Client -> its bodies still arriving; a client with none has no entry.
+        self.arriving: dict[str | None, int] = {}
 
     def take_slots(self, ticket: Ticket, n: int) -> None:
         if n <= 0:
@@ -57,6 +63,26 @@ class Budget:
         """The body's real size, once read (a decompressed body may exceed its reservation)."""
         self.body_bytes += n - ticket.body_bytes
         ticket.body_bytes = n
+
+    @contextmanager
+    def arrival(self, client: str | None) -> Iterator[None]:
+        """A body of `client`'s on its way, for as long as the block runs; RateLimited (before a
+        byte of it is read) when the client already has as many on their way as it may."""
+        n = self.arriving.get(client, 0)
+        if n >= self.max_arriving:
+            raise RateLimited(
+                f"This client is already sending {n} request bodies, the most it may send at once; "
+                "finish one before starting another"
+            )
+        self.arriving[client] = n + 1
+        try:
+            yield
+        finally:
+            n = self.arriving[client] - 1
+            if n:
+                self.arriving[client] = n
+            else:
+                del self.arriving[client]
 
     def release(self, ticket: Ticket) -> None:
         self.slots -= ticket.slots

@@ -37,10 +37,10 @@ from gateway.proxy.answers import READ_FAULTS, AnswerStream, malformed, too_larg
 from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
 from gateway.proxy.plan import NO_HEADERS, Plan, make_plan
-from gateway.proxy.routing import Backend, shown_url
+from gateway.proxy.routing import Backend
 from gateway.redact import REDACT
 from gateway.upstream import Answer as Upstream
-from gateway.upstream import BadAnswer, ConnectFailed, ConnectTimeout, Fault, Target, Unsendable
+from gateway.upstream import BadAnswer, ConnectFailed, ConnectTimeout, Fault, Target, Unsendable, shown_url
 
 if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
     from gateway.spans import ClientTrace
@@ -72,7 +72,7 @@ class ProxyEngine:
         if target is None:
             if len(self._targets) > 1024:  # paths carry model names; keep the cache bounded
                 self._targets.clear()
-            target = self._targets[key] = Target.of(key)
+            target = self._targets[key] = self.backend.target(base, path)
         return target
 
     async def _call(self, plan: Plan, part: Request) -> UpstreamCall:

@@ -120,7 +120,9 @@ class Services:
             metrics=metrics,
             api_keys=None if api_keys is None else {k: key_id(k) for k in api_keys},
             limits=limits,
-            budget=Budget(limits.max_concurrent_requests, limits.max_buffered_body_bytes),
+            budget=Budget(
+                limits.max_concurrent_requests, limits.max_buffered_body_bytes, limits.max_unfinished_bodies_per_client
+            ),
         )
 
 
@@ -166,11 +168,12 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
     trace = svc.tracing.server(request, ex.request_id, group.dialect) if svc.tracing is not None else None
     try:
         ex.key = check_auth(request, svc.api_keys, key_headers(inbound))
-        # The slot and the body's room are taken before the body is read: a flood of slow or
-        # unfinished bodies meets the limits, not the memory.
-        svc.budget.take_slots(ticket, 1)
-        body = await read_body(request, svc.limits, svc.budget, ticket)
+        # The body's room is taken before it is read, so a flood of slow or unfinished bodies meets
+        # the body budget, not the memory; the slot only once the body is whole, so a slow body
+        # holds no slot a request ready to go could use.
+        body = await read_body(request, svc.limits, svc.budget, ticket, svc.trusted_proxies)
         body_read = True
+        svc.budget.take_slots(ticket, 1)
         path = request.match_info
         req = ep.parse(body, path)
         caller = Caller(ex.request_id, ex.key or "", svc.store)

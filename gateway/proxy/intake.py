@@ -1,22 +1,26 @@
 """What a client request must pass before the exchange reads it: its API key, and its body.
 
 The body is read whole, within the size limit and the body deadline, with room reserved for it
-in the gateway-wide body budget before a byte is read. A client that waits to be asked for its
-body (`Expect: 100-continue`) is asked only then, once its headers have passed every check
-before the body, so that one refused (a missing key, a declared size over the limit, a limit
-reached) gets its error without sending a body no one would read.
+in the gateway-wide body budget before a byte is read. A body that did not come with its headers
+is also held to a minimum rate once its grace is over, and counts against its client's share of
+bodies on their way. A client that waits to be asked for its body (`Expect: 100-continue`) is
+asked only then, once its headers have passed every check before the body, so that one refused
+(a missing key, a declared size over the limit, a limit reached) gets its error without sending
+a body no one would read.
 """
 
 import asyncio
 from collections.abc import Sequence
 
 from aiohttp import HttpVersion11, web
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.codec.contract import BEARER, KeyHeader
 from gateway.config import Limits
 from gateway.neutral.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, Unauthorized
 from gateway.proxy.admission import Budget, Ticket
+from gateway.proxy.peers import Network, client_of
 
 
 def check_auth(request: web.Request, keys: dict[str, str] | None, where: Sequence[KeyHeader] = (BEARER,)) -> str | None:
@@ -38,28 +42,26 @@ def check_auth(request: web.Request, keys: dict[str, str] | None, where: Sequenc
     raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
 
 
-async def read_body(request: web.Request, limits: Limits, budget: Budget, ticket: Ticket) -> bytes:
+async def read_body(
+    request: web.Request, limits: Limits, budget: Budget, ticket: Ticket, trusted: Sequence[Network]
+) -> bytes:
     """The whole body, within the size limit and the body deadline, its room in the budget
-    reserved (on `ticket`) before a byte is read."""
+    reserved (on `ticket`) before a byte is read; one still on its way counts against its client
+    (who `trusted` proxies say it is) until it is whole."""
     limit = limits.max_body_bytes
     too_large = f"Request body is larger than the limit of {limit} bytes"
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge(too_large)
-    budget.reserve_body(ticket, limit if length is None else length)
-    deadline = limits.client_body_timeout_s
+    room = limit if length is None else length
     try:
         if request.content.is_eof():
+            budget.reserve_body(ticket, room)
             body = await request.read()  # it came with the headers: nothing to wait for
         else:
-            if request.version == HttpVersion11 and "Expect" in request.headers:
-                # Only 100-continue gets this far (`continue_later`).
-                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                request.writer.output_size = 0  # the answer's own size is what is counted and logged
-            async with asyncio.timeout(deadline):
-                body = await request.read()
-    except TimeoutError:
-        raise RequestTimeout(f"The request body did not arrive within {deadline:g}s") from None
+            with budget.arrival(client_of(request, trusted)):
+                budget.reserve_body(ticket, room)
+                body = await _arrival(request, limits)
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(too_large) from None
     except RequestPayloadError:
@@ -70,6 +72,58 @@ async def read_body(request: web.Request, limits: Limits, budget: Budget, ticket
         raise _undecodable()
     budget.settle_body(ticket, len(body))
     return body
+
+
+async def _arrival(request: web.Request, limits: Limits) -> bytes:
+    """A body that did not come with its headers, asked for if the client waits to be (only
+    100-continue gets this far: `continue_later`), within the body deadline and at the minimum
+    rate."""
+    if request.version == HttpVersion11 and "Expect" in request.headers:
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer's own size is what is counted and logged
+    deadline = limits.client_body_timeout_s
+    try:
+        async with asyncio.timeout(deadline) as timeout:
+            pace = _Pace(request.content, limits.min_body_rate_bytes_s, limits.body_rate_grace_s, timeout)
+            try:
+                return await request.read()
+            finally:
+                pace.stop()
+    except TimeoutError:
+        if pace.lagging:
+            rate = limits.min_body_rate_bytes_s
+            raise RequestTimeout(f"The request body came slower than the minimum of {rate} bytes a second") from None
+        raise RequestTimeout(f"The request body did not arrive within {deadline:g}s") from None
+
+
+class _Pace:
+    """A body's minimum rate, looked at every `every` seconds from its headers on: each such
+    stretch must have brought `rate` bytes a second, or the read is ended through `timeout`. So
+    a body may come at any pace for the first stretch (its grace), and one that stalls for two
+    stretches, or trickles, is cut; a body that keeps up costs a timer now and then."""
+
+    __slots__ = ("_content", "_every", "_handle", "_quota", "_seen", "_timeout", "lagging")
+
+    def __init__(self, content: StreamReader, rate: int, every: float, timeout: asyncio.Timeout) -> None:
+        self._content = content
+        self._every = every
+        self._quota = rate * every
+        self._seen = 0
+        self._timeout = timeout
+        self._handle = asyncio.get_running_loop().call_later(every, self._look)
+        self.lagging = False
+
+    def _look(self) -> None:
+        seen = self._content.total_raw_bytes
+        if seen - self._seen < self._quota:
+            self.lagging = True
+            self._timeout.reschedule(asyncio.get_running_loop().time())
+        else:
+            self._seen = seen
+            self._handle = asyncio.get_running_loop().call_later(self._every, self._look)
+
+    def stop(self) -> None:
+        self._handle.cancel()
 
 
 async def continue_later(request: web.Request) -> web.StreamResponse | None:

@@ -15,7 +15,7 @@ from gateway.logs import access_enabled, access_log
 from gateway.metrics import Metrics, RouteMetrics
 from gateway.neutral.events import TOKENS, Event, UsageEvent
 from gateway.neutral.types import Usage
-from gateway.proxy.peers import Network, client_address
+from gateway.proxy.peers import Network, client_of
 from gateway.proxy.plan import UpstreamTimes
 from gateway.proxy.routing import Route, RouteGroup
 
@@ -125,7 +125,7 @@ def _access(
     access_log(
         {
             "request_id": ex.request_id,
-            "client": client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted),
+            "client": client_of(request, trusted),
             "key": ex.key,
             "route": route.name if route is not None else None,
             "backend": backend.name if backend is not None else None,

@@ -4,6 +4,8 @@ import hashlib
 import ipaddress
 from collections.abc import Sequence
 
+from aiohttp import web
+
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -34,6 +36,12 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequenc
             break
         addr = hop
     return addr
+
+
+def client_of(request: web.Request, trusted: Sequence[Network]) -> str | None:
+    """The client a request counts against and the access log names: `client_address` of its
+    peer and X-Forwarded-For."""
+    return client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted)
 
 
 def key_id(key: str) -> str:

@@ -20,8 +20,8 @@ from aiohttp import web
 from gateway.codec.contract import KvCacheSource, KvSource
 from gateway.config import Config
 from gateway.modelserver import CacheCollector, KvCache, PageKind, read_page
-from gateway.proxy.routing import Backend, shown_url
-from gateway.upstream import Fault, Target
+from gateway.proxy.routing import Backend
+from gateway.upstream import Fault, shown_url
 
 log = logging.getLogger("gateway")
 
@@ -40,7 +40,7 @@ def kv_source(b: Backend) -> KvSource | None:
         return None
     source = outbound.kv_source(b.view, b.urls)
     if source is not None and b.conf.metrics_url:
-        return KvSource(source.page, [b.conf.metrics_url])
+        return KvSource(source.page, [(b.conf.metrics_url, "")])
     return source
 
 
@@ -62,7 +62,7 @@ class Scraper:
     """Reads one backend's KV-cache figure every `interval_s` into the cache collector."""
 
     def __init__(
-        self, backend: Backend, kind: PageKind, urls: Sequence[str], model_name: str, cache: CacheCollector
+        self, backend: Backend, kind: PageKind, urls: Sequence[tuple[str, str]], model_name: str, cache: CacheCollector
     ) -> None:
         self.backend = backend
         self.kind = kind
@@ -81,7 +81,7 @@ class Scraper:
 
     async def scrape(self) -> KvCache | None:
         """The figure now: with several replicas, the fullest cache among those that give one."""
-        found = await asyncio.gather(*(self._one(u) for u in self.urls))
+        found = await asyncio.gather(*(self._one(*u) for u in self.urls))
         readings = [r for r, _ in found if r is not None]
         if not readings:
             self._say(found[0][1] if found else "no metrics page", warn=True)
@@ -91,24 +91,25 @@ class Scraper:
         usage = max(r.usage for r in readings)
         return KvCache(usage, blocks.block_size, blocks.num_blocks) if blocks else KvCache(usage)
 
-    async def _one(self, url: str) -> tuple[KvCache | None, str]:
+    async def _one(self, base: str, path: str) -> tuple[KvCache | None, str]:
         b = self.backend
+        url = f"{path} at {shown_url(base)}" if path else shown_url(base)
         try:
             async with asyncio.timeout(SCRAPE_TIMEOUT_S):
                 resp = await b.client().request(
-                    Target.of(url), "GET", b.headers, None, connect_timeout=None, timeout=None
+                    b.target(base, path), "GET", b.headers, None, connect_timeout=None, timeout=None
                 )
                 try:
                     if resp.status != 200:
-                        return None, f"{shown_url(url)} answered {resp.status}"
+                        return None, f"{url} answered {resp.status}"
                     body = await resp.prefix(MAX_PAGE_BYTES)  # the whole page, not its first segment
                 finally:
                     resp.release()
         except (TimeoutError, Fault) as e:
-            return None, f"{shown_url(url)} did not answer ({type(e).__name__})"
+            return None, f"{url} did not answer ({type(e).__name__})"
         reading = read_page(self.kind, body.decode("utf-8", "replace"))
         if reading is None:
-            return None, f"{shown_url(url)} gives no KV-cache figure that {self.kind.name} servers give"
+            return None, f"{url} gives no KV-cache figure that {self.kind.name} servers give"
         return reading, "read"
 
     def _say(self, what: str, warn: bool) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from gateway import config as cfg
 from gateway.codec.contract import BackendView, Dialect, ListsModels, Outbound, Reply, RouteView
@@ -15,7 +15,7 @@ from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate
 from gateway.proxy.plan import Engine
 from gateway.proxy.replicas import Replicas
-from gateway.upstream import DEFAULT_HEADERS, Pool
+from gateway.upstream import DEFAULT_HEADERS, DIRECT, Egress, Pool, Target
 
 
 @dataclass(eq=False)
@@ -35,6 +35,8 @@ class Backend:
     pool: Pool | None = None
     # Pool-member mode: its requests running and waiting, as vLLM-named gauges (else None).
     load: BackendLoad | None = None
+    # Which proxy its connections go through, decided once (gateway.upstream.egress).
+    egress: Egress = DIRECT
 
     @property
     def model(self) -> str | None:
@@ -43,6 +45,10 @@ class Backend:
     def replicas(self) -> list[int]:
         """Replica indices (into `urls`) in the order to try them for one request."""
         return self.health.order()
+
+    def target(self, base: str, path: str = "") -> Target:
+        """Where a request for `path` under one of its URLs goes (a whole URL, without `path`)."""
+        return Target.of(base, path, self.egress)
 
     def client(self) -> Pool:
         assert self.pool is not None, "backend connections used before app startup"
@@ -68,7 +74,9 @@ def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
     # What every request to it carries: the client's defaults, unless its own headers name them.
     own = {k.lower() for k in conf.headers}
     headers = {k: v for k, v in DEFAULT_HEADERS.items() if k.lower() not in own} | conf.headers
-    return Backend(name, conf, outbound, view, urls, headers, make_ssl(conf.tls), health, gate)
+    backend = Backend(name, conf, outbound, view, urls, headers, make_ssl(conf.tls), health, gate)
+    backend.egress = conf.egress(os.environ)
+    return backend
 
 
 @dataclass(eq=False)
@@ -165,14 +173,6 @@ class GroupPaths:
         if not isinstance(outbound, ListsModels):
             return None
         return await r.engine.fetch(outbound.models_path(r.backend.view))
-
-
-def shown_url(url: str) -> str:
-    """A replica URL without any user:password part, fit for logs."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def make_ssl(tls: cfg.BackendTLS | None) -> ssl.SSLContext | None:

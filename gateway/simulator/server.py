@@ -50,8 +50,14 @@ def create_sim_app(
     d = registry.get(dialect)
     server = server_options(dialect, options)
     app = web.Application(client_max_size=_MAX_BODY)
+    # Its one client is a gateway, which may be sending any number of bodies at once.
+    limits = Limits(
+        max_body_bytes=_MAX_BODY,
+        max_concurrent_requests=1 << 30,
+        max_buffered_body_bytes=1 << 40,
+        max_unfinished_bodies_per_client=1 << 30,
+    )
     # The simulator records no metrics: with worker processes they would land in the gateway's.
-    limits = Limits(max_body_bytes=_MAX_BODY, max_concurrent_requests=1 << 30, max_buffered_body_bytes=1 << 40)
     app[SERVICES] = Services.of(Metrics(enabled=False), limits)
     conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model", options=options or {})
     backend = build_backend("simulator", conf, d)

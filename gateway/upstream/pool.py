@@ -11,18 +11,14 @@ client went away.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from urllib.parse import unquote
-
-from yarl import URL
 
 from gateway.upstream.connection import Connection
 from gateway.upstream.faults import Broken, ConnectFailed, ConnectTimeout, Unsendable
 from gateway.upstream.head import Headers
+from gateway.upstream.target import Target
 
 # Sent unless a backend's own headers say otherwise. Compression is not asked for: answers are
 # small next to the CPU it costs both sides (a backend that compresses anyway is decoded).
@@ -32,43 +28,6 @@ DEFAULT_HEADERS = {"User-Agent": "llm-protocol-gateway", "Accept": "*/*", "Accep
 YIELD_EVERY = 1024 * 1024
 # A body up to this size goes in the same write as the head.
 _JOIN_BELOW = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where a request goes: an origin and the request target, parsed once."""
-
-    key: tuple[str, str, int]  # scheme, host, port: the connections it may share
-    host: str
-    port: int
-    tls: bool
-    path: bytes  # the request target, percent-encoded
-    host_header: bytes
-    authorization: str | None  # Basic credentials from the URL's user:password, if any
-
-    @classmethod
-    def of(cls, url: str) -> Target:
-        u = URL(url)
-        if u.scheme not in ("http", "https") or not u.raw_host:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        host = u.raw_host
-        port = u.port or (443 if u.scheme == "https" else 80)
-        shown = f"[{host}]" if ":" in host else host
-        if not u.is_default_port():
-            shown = f"{shown}:{port}"
-        auth = None
-        if u.raw_user is not None:
-            creds = f"{unquote(u.raw_user)}:{unquote(u.raw_password or '')}"
-            auth = "Basic " + base64.b64encode(creds.encode("utf-8")).decode("ascii")
-        return cls(
-            key=(u.scheme, host, port),
-            host=host,
-            port=port,
-            tls=u.scheme == "https",
-            path=(u.raw_path_qs or "/").encode("ascii"),
-            host_header=shown.encode("ascii"),  # yarl keeps a host name in its IDNA form
-            authorization=auth,
-        )
 
 
 class Answer:
@@ -262,13 +221,7 @@ class Pool:
             ctx = self._ssl or _default_ssl()
         try:
             async with asyncio.timeout(timeout):
-                _, conn = await self.loop.create_connection(
-                    lambda: Connection(self, target.key),
-                    target.host,
-                    target.port,
-                    ssl=ctx,
-                    server_hostname=target.host if ctx is not None else None,
-                )
+                _, conn = await target.dial(self.loop, lambda: Connection(self, target.key), ctx)
         except TimeoutError:
             raise ConnectTimeout(f"no connection within {timeout:g}s") from None
         except (OSError, ValueError) as e:
@@ -356,7 +309,10 @@ def _request_bytes(method: str, target: Target, headers: Mapping[str, str], body
     n = len(headers) + auth + (body is not None)
     if lines.count("\n") != n or lines.count("\r") != n or "\x00" in lines:
         raise Unsendable("a header name or value holds a line break or a NUL")
-    head = b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method.encode("ascii"), target.path, host, lines.encode("utf-8"))
+    hop = target.hop  # an http proxy's credentials, unless the backend's headers name their own
+    if hop and "\nproxy-authorization:" in named:
+        hop = b""
+    head = b"%s %s HTTP/1.1\r\n%s%s%s\r\n" % (method.encode("ascii"), target.path, host, hop, lines.encode("utf-8"))
     if body is None:
         return head
     return head + body if len(body) < _JOIN_BELOW else b"".join((head, body))

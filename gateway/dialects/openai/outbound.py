@@ -166,4 +166,4 @@ class OpenAIOutbound:
 
     def kv_source(self, backend: BackendView[Options], urls: Sequence[str]) -> KvSource:
         """vLLM-style servers keep their metrics page beside the API; the public API has none."""
-        return KvSource(VLLM_PAGE, [u + "/metrics" for u in urls] if _vllm(backend) else [])
+        return KvSource(VLLM_PAGE, [(u, "/metrics") for u in urls] if _vllm(backend) else [])

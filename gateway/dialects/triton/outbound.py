@@ -127,9 +127,11 @@ class TritonOutbound:
         return "/v2/models/" + quote(backend.model, safe="") + "/ready"
 
     def kv_source(self, backend: BackendView[Options], urls: Sequence[str]) -> KvSource:
-        return KvSource(
-            flavor_of(backend).page, [str(URL(u).with_port(METRICS_PORT).with_path("/metrics")) for u in urls]
-        )
+        """Each replica's metrics port (a unix socket has no ports: such a backend needs its
+        `metrics_url`)."""
+        tcp = [URL(u) for u in urls if URL(u).scheme in ("http", "https")]
+        pages = [(str(u.with_port(METRICS_PORT).with_path("/", keep_query=True)), "/metrics") for u in tcp]
+        return KvSource(flavor_of(backend).page, pages)
 
     def imitation(self, options: Options) -> Inbound:
         return SimulatedTriton(FLAVORS[options.flavor].imitation)
