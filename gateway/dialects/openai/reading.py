@@ -231,7 +231,7 @@ class OpenAIStreamParser(EventParser):
     def __init__(self, chat: bool, passthrough: bool = False, rename: bytes | None = None) -> None:
         # Translating, text chunks are read from the first one's template (a pass-through
         # forwards them undecoded instead).
-        super().__init__(None if passthrough else TextChunks(b'"content":' if chat else b'"text":'))
+        super().__init__(None if passthrough else TextChunks(b'"content":' if chat else b'"text":'), passthrough)
         self._chat = chat
         self._passthrough = passthrough
         self._rename = rename
@@ -251,7 +251,7 @@ class OpenAIStreamParser(EventParser):
         # The rest is read event by event.
         head = data[:end]
         self._decoder.skipped()
-        out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0), raw=True)]
+        out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0))]
         if events > 1 or self._empty not in head:
             out.append(A_TOKEN)
         if end < len(data):
@@ -278,7 +278,7 @@ class OpenAIStreamParser(EventParser):
             bare = usage_only(choices, obj)
             final = not bare and any(c.get("finish_reason") is not None for c in choices)
             fingerprint = obj.get("system_fingerprint") if bare else None
-            payload = data if self._rename is None else renamed(data, "model", self._rename)
+            payload = self.relayed(data, "model", self._rename)
             out.append(Frame(payload, bare, final, fingerprint if isinstance(fingerprint, str) else None))
         for c in choices:
             if c.get("finish_reason") is None and c.get("logprobs") is None and c.get("token_ids") is None:

@@ -45,7 +45,7 @@ class CallState:
             self.prompt_tokens = self.tokenizer.count_prompt(self.prompt)
 
     def relay(self, data: bytes) -> bytes:
-        """An answer or event as the client gets it on a pass-through: the model renamed."""
+        """A whole answer as the client gets it on a pass-through: the model renamed."""
         return data if self.rename is None else renamed(data, "model_name", self.rename)
 
 
@@ -231,7 +231,9 @@ class TritonStreamParser(EventParser):
         # is only learned from an event that has them, so the reader has the server's count and
         # never needs the whole text to count it (the template's texts are not kept).
         templated = st.flavor == "trtllm" and not st.passthrough and not st.strip_stops
-        super().__init__(TextChunks(b'"text_output":', b'"output_log_probs":', _count) if templated else None)
+        super().__init__(
+            TextChunks(b'"text_output":', b'"output_log_probs":', _count) if templated else None, st.passthrough
+        )
         self._st = st
         self._reader = Reader(st)
         self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
@@ -246,7 +248,7 @@ class TritonStreamParser(EventParser):
         if chunks is not None and text and chunks.learning and type(obj.get("text_output")) is str:
             chunks.learn(data, text, 0)
         if self._st.passthrough:
-            out.append(Frame(self._st.relay(data)))
+            out.append(Frame(self.relayed(data, "model_name", self._st.rename)))
         if self._matcher is not None:
             if self._stopped:
                 return
