@@ -19,6 +19,11 @@ def usage_from(obj: Any) -> Usage | None:
     return Usage(obj.get("prompt_tokens"), obj.get("completion_tokens"), extra or None)
 
 
+def token_ids(value: Any) -> list[int] | None:
+    """vLLM's `token_ids` (asked with `return_token_ids`): a list of ids, else nothing."""
+    return value if type(value) is list and value and all(type(i) is int for i in value) else None
+
+
 def chat_logprobs(lp: Any) -> list[dict[str, Any]] | None:
     content = lp.get("content") if isinstance(lp, dict) else None
     return content if isinstance(content, list) else None
@@ -196,7 +201,7 @@ def parse_body(req: Request, body: bytes) -> Answer:
     choices = []
     for c in obj["choices"]:
         finish = openai_finish(c.get("finish_reason"), c.get("stop_reason"))
-        ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids
+        ids = token_ids(c.get("token_ids"))
         if req.task is Task.CHAT:
             msg = c.get("message") or {}
             choices.append(
@@ -298,7 +303,7 @@ class OpenAIStreamParser(EventParser):
                             chunks.learn(data, text, c.get("index", 0))
                     continue
             i = c.get("index", 0)
-            ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids
+            ids = token_ids(c.get("token_ids"))
             if self._chat:
                 delta = c.get("delta") or {}
                 text = _content(delta)
