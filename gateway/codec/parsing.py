@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from functools import lru_cache
 
 from gateway.codec.textchunks import TextChunks
-from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, Frame
 from gateway.sse import SSEDecoder, encode_data
 
@@ -35,7 +35,8 @@ def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
 
 
 def broken_off(text: str) -> UpstreamError:
-    return UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
+    """What a backend wrote into its stream instead of an event, for the client (`clip`ped)."""
+    return UpstreamError(f"backend broke off the stream: {clip(text)}", upstream_class=UpstreamClass.MIDSTREAM)
 
 
 class EventParser(ABC):
@@ -164,4 +165,4 @@ class EventParser(ABC):
     def _check_stray(self) -> None:
         # Lines that are not SSE fields: some servers write raw text into a stream on failure.
         if self._decoder.stray:
-            raise broken_off(b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500])
+            raise broken_off(b" ".join(self._decoder.stray).decode("utf-8", "replace"))

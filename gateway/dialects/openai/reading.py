@@ -5,7 +5,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
 from gateway.codec.textchunks import TextChunks
-from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.finish import openai_finish
 from gateway.neutral.types import Answer, Choice, EmbeddingResult, Request, Result, Task, Usage
@@ -142,20 +142,22 @@ def plain_prefix(data: bytes) -> tuple[int, int]:
 
 
 def error_text(obj: Any) -> str:
+    """The message of an error body (`{"error": {"message"}}` or `{"error": "..."}`), `clip`ped."""
+    text = str(obj)
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):
-            return str(err.get("message") or err)
-        if isinstance(err, str):
-            return err
-    return str(obj)[:500]
+            text = str(err.get("message") or err)
+        elif isinstance(err, str):
+            text = err
+    return clip(text)
 
 
 def error_message(body: bytes) -> str:
     try:
         obj = jsonutil.loads(body)
     except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return body_text(body)
     return error_text(obj)
 
 
