@@ -198,3 +198,26 @@ async def test_a_translated_stream_reads_any_framing_alike(
     upstream.reply = sse_reply(_writes(_stream(payloads, framing, line_end), at_once))
     resp = await gw.post(path, json=body)
     assert _unminted(await resp.read()) == expected
+
+
+# ---- the end of a stream ---------------------------------------------------------------------
+
+TRITON_ERROR = b'data: {"error":"in ensemble \'ensemble\', Executor failed: out of memory"}'
+
+
+@pytest.mark.parametrize("end", [b"", b"\n", b"\r\n"], ids=["no line end", "LF", "CRLF"])
+async def test_a_triton_stream_that_ends_on_an_error_without_its_blank_line_says_it(upstream, make_gateway, end):
+    """Triton's streams have no terminator: their last event counts without its blank line."""
+    upstream.reply = sse_reply([TRITON_ERROR + end])
+    gw = await make_gateway(one_route("triton", "triton", upstream.url, model="ensemble"))
+    resp = await gw.post("/v2/models/ensemble/generate_stream", json={"text_input": "hi"})
+    assert resp.status == 500
+    assert (await resp.json())[
+        "error"
+    ] == "backend error mid-stream: in ensemble 'ensemble', Executor failed: out of memory"
+    text = b'data: {"model_name":"ensemble","model_version":"1","text_output":" Machine"}\n\n'
+    upstream.reply = sse_reply([text, TRITON_ERROR + end])
+    gw = await make_gateway(one_route("openai", "triton", upstream.url, model="ensemble"))
+    resp = await gw.post("/v1/completions", json={"model": "m", "prompt": "hi", "stream": True})
+    events = sse_payloads(await resp.read())
+    assert b" Machine" in events[0] and b"Executor failed: out of memory" in events[-2] and events[-1] == DONE

@@ -14,7 +14,7 @@ from functools import lru_cache
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, Frame
-from gateway.sse import SSEDecoder, encode_data
+from gateway.sse import SSEDecoder, SSEEvent, encode_data
 
 # What a payload that is not what the dialect promises raises while it is read.
 PARSE_ERRORS = (UpstreamError, ValueError, KeyError, TypeError, AttributeError, IndexError)
@@ -49,6 +49,8 @@ class EventParser(ABC):
     keep-alive) goes on as a Frame of its own."""
 
     __slots__ = ("_block", "_chunks", "_decoder", "_fault", "_relays")
+    # Whether a last event that the stream's end cuts off from its blank line still counts.
+    unterminated_last = False
 
     def __init__(self, chunks: TextChunks | None = None, relays: bool = False) -> None:
         self._decoder = SSEDecoder(keep=relays)
@@ -89,16 +91,21 @@ class EventParser(ABC):
         return out
 
     def _relay(self, data: bytes, out: list[Event]) -> None:
-        for ev in self._decoder.feed(data):
+        self._take(self._decoder.feed(data), out)
+
+    def _take(self, events: list[SSEEvent], out: list[Event]) -> None:
+        """Whole events, one by one (those that dispatch none are relayed, when relaying)."""
+        chunks = self._chunks
+        for ev in events:
             if not ev.dispatched:
                 assert ev.raw is not None
                 out.append(Frame(ev.raw))
-                continue
-            self._block = ev.raw
-            try:
-                self.on_event(ev.data, out)
-            finally:
-                self._block = None
+            elif chunks is None or not chunks.event(ev.data, out):
+                self._block = ev.raw
+                try:
+                    self.on_event(ev.data, out)
+                finally:
+                    self._block = None
 
     def relayed(self, data: bytes, key: str, name: bytes | None) -> bytes:
         """The event `on_event` reads (its payload `data`) as a client of the backend's own wire
@@ -149,18 +156,13 @@ class EventParser(ABC):
         if self._fault is not None:
             raise self._fault
         out: list[Event] = []
-        chunks = self._chunks
-        for ev in self.tail():
-            if chunks is None or not chunks.event(ev, out):
-                self.on_event(ev, out)
+        # A last event without its blank line is discarded, as the SSE rules say, unless the
+        # dialect's servers end that way.
+        last = self._decoder.feed(b"\n\n") if self.unterminated_last else []
+        self._take(last + self._decoder.close(), out)
         self._check_stray()
         self.on_end(out)
         return out
-
-    def tail(self) -> list[bytes]:
-        """Payloads still in the decoder when the stream ends (a last event without its blank
-        line is discarded, as the SSE rules say; a subclass may be more forgiving)."""
-        return [ev.data for ev in self._decoder.close()]
 
     def _check_stray(self) -> None:
         # Lines that are not SSE fields: some servers write raw text into a stream on failure.

@@ -78,16 +78,14 @@ class GenerateStreamParser(EventParser):
     """
 
     __slots__ = ("_final", "_prompt_tokens", "_sent")
+    # MindIE may end with its final event and no blank line after it: it still counts.
+    unterminated_last = True
 
     def __init__(self, prompt_tokens: int | None = None) -> None:
         super().__init__()
         self._final = False
         self._sent: list[str] = []
         self._prompt_tokens = prompt_tokens
-
-    def tail(self) -> list[bytes]:
-        # MindIE may end with its final event and no blank line after it: it still counts.
-        return [ev.data for ev in self._decoder.feed(b"\n\n") + self._decoder.close()]
 
     def on_end(self, out: list[Event]) -> None:
         if not self._final:

@@ -231,6 +231,9 @@ class TritonStreamParser(EventParser):
     with the last text goes out with it; otherwise the finish, and usage always, at the end."""
 
     __slots__ = ("_finished", "_matcher", "_reader", "_st", "_stopped")
+    # A Triton stream has no terminator: its end is a normal end, and an event that came whole
+    # but for the blank line after it (an error, say) still counts.
+    unterminated_last = True
 
     def __init__(self, st: CallState) -> None:
         # Translated, TRT-LLM's text events are read from the stream's template: they differ in
