@@ -21,6 +21,8 @@ def clip(text: str, limit: int = CLIENT_TEXT_LIMIT) -> str:
     if len(text) <= limit:
         return text
     text = text.strip()
+    if len(text) <= limit:
+        return text
     first = text.split("\n", 1)[0][: limit // 3]
     room = limit - len(first) - len(_CUT)
     tail = text[-room:]
