@@ -3,8 +3,8 @@
 Known secrets are the inbound API keys and every configured backend header value, registered
 when an app is built. Two kinds of text pass through here: log records (gateway.logs installs a
 filter that calls `REDACT`) and backend-written text that may reach a client (an upstream error
-message; `for_client`), which also loses anything shaped like a credential and is cut short, since
-a backend may echo a token the gateway never knew about.
+message; `for_client`), which also loses anything shaped like a credential, since a backend may
+echo a token the gateway never knew about.
 """
 
 import re
@@ -27,8 +27,6 @@ _CREDENTIAL = re.compile(
     r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
     r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
 )
-# What a client sees of a backend's own text at most.
-CLIENT_TEXT_LIMIT = 512
 
 
 class Redactor:
@@ -75,9 +73,7 @@ def scrub(text: str) -> str:
     return _CREDENTIAL.sub(lambda m: (m.group(1) or "") + REDACTED, REDACT(text))
 
 
-def for_client(text: str, limit: int = CLIENT_TEXT_LIMIT) -> str:
-    """Backend-written text made fit for a client: known secrets and credential-shaped strings
-    hidden, control characters flattened, at most `limit` characters."""
-    text = scrub(text)
-    text = "".join(c if c.isprintable() else " " for c in text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def for_client(text: str) -> str:
+    """Backend-written text made fit for a client's one line: control characters (line ends
+    among them) flattened to spaces. (Secrets are hidden before, with `scrub`.)"""
+    return "".join(c if c.isprintable() else " " for c in text)

@@ -14,9 +14,19 @@ _BOM = b"\xef\xbb\xbf"
 
 @dataclass(slots=True)
 class SSEEvent:
+    """One event. From a decoder that keeps what it read (`SSEDecoder(keep=True)`), `raw` is the
+    event's lines as they came (line ends made LF), comments and other fields among them, and
+    the blank line that ended it; None when the event was a lone `data: ` line, which
+    `encode_data(data)` writes again byte for byte. Such a decoder also hands out what
+    dispatches no event (a block of comments, or an `event:` line without data) as an event that
+    is not `dispatched`, so that a relay can pass it on. (`feed` only: `feed_data` is for a
+    decoder that keeps nothing.)"""
+
     data: bytes
     event: str = ""
     id: str | None = None
+    raw: bytes | None = None
+    dispatched: bool = True
 
 
 class SSEDecoder:
@@ -26,9 +36,9 @@ class SSEDecoder:
     that cares reads `stray` after each feed: such lines are reported there instead of dropped.
     """
 
-    __slots__ = ("_bom", "_buf", "_data", "_event", "_has_data", "_id", "_pending_cr", "stray")
+    __slots__ = ("_bom", "_buf", "_data", "_event", "_has_data", "_id", "_kept", "_pending_cr", "stray")
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
         self._buf = bytearray()
         self._data: list[bytes] = []
         self._has_data = False
@@ -37,16 +47,19 @@ class SSEDecoder:
         self._pending_cr = False
         self._bom = True  # the stream's first bytes may be a UTF-8 BOM, which the spec strips
         self.stray: list[bytes] = []
+        # The lines of the event under way, as they came (`keep`): none but in the full rules,
+        # which every event with more than its `data:` line goes through.
+        self._kept: list[bytes] | None = [] if keep else None
 
     def between_events(self) -> bool:
         """Nothing of an unfinished event or line is held: the next byte starts an event."""
-        return not self._buf and not self._has_data and not self._event and not self._pending_cr
+        return not self._buf and not self._has_data and not self._event and not self._pending_cr and not self._kept
 
     def take_partial(self) -> bytes:
         """The start of an unfinished line, given back when it is all the decoder holds (no
         line of its event is complete yet), for a caller that cuts events itself: it puts
         these bytes before its next read. Empty otherwise."""
-        if self._has_data or self._event or self._pending_cr or self._bom or not self._buf:
+        if self._has_data or self._event or self._pending_cr or self._bom or self._kept or not self._buf:
             return b""
         held = bytes(self._buf)
         self._buf = bytearray()
@@ -100,7 +113,8 @@ class SSEDecoder:
         """The events in `body` (LF line ends only), what is left of it held for the next read."""
         events: list[SSEEvent | bytes] = []
         start = 0
-        if not self._has_data and not self._event and self._id is None and body.startswith(b"data:"):
+        kept = self._kept
+        if not self._has_data and not self._event and self._id is None and not kept and body.startswith(b"data:"):
             # The usual read: whole events of one `data:` line each, cut in one go (the split
             # pieces are those events exactly when no piece has a second line and each begins
             # with `data:`).
@@ -108,9 +122,9 @@ class SSEDecoder:
             if last > 0:
                 pieces = body[:last].split(b"\n\n")
                 if body.count(b"\n", 0, last) == 2 * len(pieces) - 2 and all(p.startswith(b"data:") for p in pieces):
-                    events = [p[6:] if p[5:6] == b" " else p[5:] for p in pieces]
+                    events = [p[6:] if p[5:6] == b" " else p[5:] if kept is None else self._bare(p) for p in pieces]
                     start = last + 2
-        if not self._has_data and not self._event:
+        if not self._has_data and not self._event and not kept:
             # Between events: whole `data: ...` events are cut out directly.
             while True:
                 blank = body.find(b"\n\n", start)
@@ -119,10 +133,15 @@ class SSEDecoder:
                 nl = body.find(b"\n", start)
                 if nl != blank:
                     break  # more than one line: the full rules below
-                value = start + (6 if body[start + 5 : start + 6] == b" " else 5)
-                data = body[value:blank]
-                # (An id seen earlier belongs to this event too; without one, bare bytes do.)
-                events.append(data if self._id is None else SSEEvent(data, "", self._id))
+                if body[start + 5 : start + 6] == b" ":
+                    data = body[start + 6 : blank]
+                    # (An id seen earlier belongs to this event too; without one, bare bytes do.)
+                    events.append(data if self._id is None else SSEEvent(data, "", self._id))
+                else:
+                    event = self._bare(body[start:blank])
+                    if self._id is not None and type(event) is bytes:
+                        event = SSEEvent(event, "", self._id)
+                    events.append(event)
                 start = blank + 2
         end = body.rfind(b"\n")
         if end < start:
@@ -132,6 +151,12 @@ class SSEDecoder:
         for line in body[start:end].split(b"\n"):
             self._line(line, events)
         return events
+
+    def _bare(self, line: bytes) -> SSEEvent | bytes:
+        """The event of a lone `data:` line without the space: its payload, and (kept) its line."""
+        if self._kept is None:
+            return line[5:]
+        return SSEEvent(line[5:], "", self._id, line + b"\n\n")
 
     def close(self) -> list[SSEEvent]:
         """End of stream: a final event without its blank line is discarded, per the spec."""
@@ -143,16 +168,25 @@ class SSEDecoder:
         return [e for e in events if isinstance(e, SSEEvent)]
 
     def _line(self, line: bytes, events: list[SSEEvent | bytes]) -> None:
+        kept = self._kept
         if not line:
+            raw = None
+            if kept:
+                raw = b"\n".join(kept) + b"\n\n"
+                kept.clear()
             # After a line that is no field the stream is broken there (its reader raises once
             # the events before that line are out): nothing after it is dispatched.
             if self._has_data and not self.stray:
                 data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-                events.append(SSEEvent(data, self._event, self._id))
+                events.append(SSEEvent(data, self._event, self._id, raw))
+            elif raw is not None and not self.stray:
+                events.append(SSEEvent(b"", self._event, self._id, raw, dispatched=False))
             self._data = []
             self._has_data = False
             self._event = ""
             return
+        if kept is not None:
+            kept.append(line)
         if line[0] == 0x3A:  # ":" comment or keep-alive
             return
         colon = line.find(b":")
@@ -175,6 +209,11 @@ class SSEDecoder:
             pass
         else:
             self.stray.append(line)
+
+
+def encode_data(payload: bytes, space: bool = True) -> bytes:
+    """One `data:` event; `payload` must not contain newlines (JSON from orjson never does)."""
+    return (b"data: " if space else b"data:") + payload + b"\n\n"
 
 
 DONE_FRAME = b"data: [DONE]\n\n"

@@ -331,7 +331,8 @@ def test_completion_stream_renderer_exact_frames() -> None:
 
 
 def test_passthrough_renderer_withholds_unasked_usage() -> None:
-    frames = [Frame(b'{"a":1}'), Frame(b'{"choices":[],"usage":{}}', usage_only=True), TextDelta("ignored")]
+    usage = b'data: {"choices":[],"usage":{}}\n\n'
+    frames = [Frame(b'data: {"a":1}\n\n'), Frame(usage, usage_only=True), TextDelta("ignored")]
     quiet = render.PassthroughStream(render.OPENAI, chat_req(stream=True))
     assert quiet.start() + quiet.render(frames) + quiet.end() == b'data: {"a":1}\n\ndata: [DONE]\n\n'
     loud = render.PassthroughStream(render.OPENAI, chat_req(stream=True, include_usage=True))

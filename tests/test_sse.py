@@ -3,7 +3,7 @@ stream cut at every byte offset."""
 
 import pytest
 
-from gateway.sse import DONE_FRAME, SSEDecoder, SSEEvent
+from gateway.sse import DONE_FRAME, SSEDecoder, SSEEvent, encode_data
 from tests.fixtures.openai.wire import STREAMS, raw
 
 
@@ -62,7 +62,8 @@ def test_event_without_data_is_not_dispatched() -> None:
 def test_done_and_unterminated_last_event() -> None:
     events, _ = decode(b"data: [DONE]\n\n")
     assert events == [SSEEvent(b"[DONE]")]
-    assert decode(DONE_FRAME)[0] == [SSEEvent(b"[DONE]")]
+    assert encode_data(b"[DONE]") == DONE_FRAME
+    assert encode_data(b"{}", space=False) == b"data:{}\n\n"
     # An event that never got its blank line is discarded at the end of the stream.
     events, _ = decode(b"data: a\n\ndata: b")
     assert events == [SSEEvent(b"a")]
@@ -160,3 +161,48 @@ def test_every_split_of_a_mixed_stream_decodes_the_same():
     events = d.feed(stream)
     assert [(e.data, e.event, e.id) for e in events][2] == (b"three", "x", "7")
     assert events[3].id == "7"  # the last event id carries over
+
+
+def _as_kept(events: list[SSEEvent]) -> list[tuple[bytes, bool, bytes]]:
+    """What a relay passes on of each event: its lines, or its lone `data: ` line written again."""
+    return [(e.data, e.dispatched, e.raw if e.raw is not None else encode_data(e.data)) for e in events]
+
+
+def test_a_keeping_decoder_gives_each_event_as_it_came_however_the_reads_are_cut() -> None:
+    stream = (
+        b"data: one\n\n"
+        b"data:two\n\n"
+        b": keep-alive\n\n"
+        b"event: x\nid: 7\nretry: 10\ndata: three\n\n"
+        b"data: four\n: note\ndata:more\n\n"
+        b"data: five\r\n\r\n"
+        b"event: ping\r\r"
+        b"data:six\n\n"
+    )
+    want = [
+        (b"one", True, b"data: one\n\n"),
+        (b"two", True, b"data:two\n\n"),
+        (b"", False, b": keep-alive\n\n"),
+        (b"three", True, b"event: x\nid: 7\nretry: 10\ndata: three\n\n"),
+        (b"four\nmore", True, b"data: four\n: note\ndata:more\n\n"),
+        (b"five", True, b"data: five\n\n"),
+        (b"", False, b"event: ping\n\n"),
+        (b"six", True, b"data:six\n\n"),
+    ]
+    for cut in range(1, len(stream)):
+        for step in (cut, 3, 7):
+            d = SSEDecoder(keep=True)
+            got: list[SSEEvent] = []
+            pos = 0
+            for size in [cut] + [step] * len(stream):
+                got += d.feed(stream[pos : pos + size])
+                pos += size
+                if pos >= len(stream):
+                    break
+            assert _as_kept(got) == want, (cut, step)
+
+
+def test_a_keeping_decoder_passes_on_no_line_that_is_not_sse() -> None:
+    d = SSEDecoder(keep=True)
+    assert _as_kept(d.feed(b"data: a\n\nInternal Server Error\n\n: after\n\n")) == [(b"a", True, b"data: a\n\n")]
+    assert d.stray == [b"Internal Server Error"]

@@ -115,6 +115,17 @@ def test_ascii_escaping_servers_and_crlf_streams_read_the_same() -> None:
     check(sse(vllm_chat(TEXTS)).replace(b"\n", b"\r\n"), True, seed=3)
 
 
+def test_an_event_of_several_data_lines_teaches_no_template() -> None:
+    """Its line end is no byte of the wire's: a later line that repeats its bytes without the
+    `data:` is no SSE field, and the stream breaks off there, as the full reading says."""
+    head = b'{"id":"c",'
+    rest = b'"object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"%s"}}]}'
+    parser = OpenAIStreamParser(chat=True)
+    assert parser.feed(b"data: " + head + b"\ndata: " + rest % b"Hi" + b"\n\n") == [TextDelta("Hi")]
+    with pytest.raises(PARSE_ERRORS, match="broke off"):
+        parser.feed(b"data: " + head + b"\n" + rest % b"x" + b"\n\n")
+
+
 def test_chunks_that_only_look_like_the_template_are_read_whole() -> None:
     # The stream's own text chunk shape (vLLM's, with token_ids), so that each odd one starts and
     # ends as the template does.

@@ -42,7 +42,14 @@ def fill_token_ids(result: Result, tokenizer: Tokenizer, texts: bool = False) ->
     for c in result.choices:
         if c.token_ids is None and c.text:
             c = replace(c, token_ids=tokenizer.encode(c.text))
-        if texts and c.token_ids and c.tokens is None and c.logprobs is None:
+        # An id the tokenizer lacks (the backend's model is not the tokenizer's) has no text here.
+        if (
+            texts
+            and c.token_ids
+            and c.tokens is None
+            and c.logprobs is None
+            and tokenizer.unknown_id(c.token_ids) is None
+        ):
             c = replace(c, tokens=[tokenizer.decode([i], skip_special_tokens=False) for i in c.token_ids])
         choices.append(c)
     return replace(result, choices=choices)

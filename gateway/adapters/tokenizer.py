@@ -11,7 +11,7 @@ import ctypes
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tokenizers import Tokenizer as _HFTokenizer
 
@@ -22,6 +22,7 @@ _REPLACEMENT = "\ufffd"
 _LONG_IDS = 1024
 # Past this many characters the library's scratch memory runs to hundreds of megabytes.
 _HUGE = 1 << 20
+_INT = {int}
 
 
 def _libc_trim() -> Callable[[], None]:
@@ -79,16 +80,19 @@ class Tokenizer:
         self.eos_token_id: int | None = None
         if self.eos_token is not None:
             self.eos_token_id = self._tok.token_to_id(self.eos_token)
-        self._register_added(config)
+        vocab = self._tok.get_vocab(with_added_tokens=True)
+        if self._register_added(config, vocab):
+            vocab = self._tok.get_vocab(with_added_tokens=True)
+        # The ids it has: 0 to its highest (a vocabulary may leave some unused ids between).
+        self.size = max(vocab.values(), default=-1) + 1
         # Counts and ids are the whole text's: no length cut or padding from tokenizer.json.
         self._tok.no_truncation()
         self._tok.no_padding()
         self._pieces = PieceCounter.build(self._tok, self.count)
 
-    def _register_added(self, config: dict[str, Any]) -> None:
+    def _register_added(self, config: dict[str, Any], known: dict[str, int]) -> bool:
         # tokenizer_config.json can declare special tokens tokenizer.json lacks; add them so
-        # they encode as one id and decoding can skip them.
-        known = set(self._tok.get_vocab(with_added_tokens=True))
+        # they encode as one id and decoding can skip them. Whether there were any.
         extra: list[str] = []
         decoder = config.get("added_tokens_decoder")
         if isinstance(decoder, dict):
@@ -102,6 +106,7 @@ class Tokenizer:
                 extra.append(text)
         if extra:
             self._tok.add_special_tokens(sorted(set(extra)))
+        return bool(extra)
 
     @classmethod
     def load(cls, folder: str) -> Tokenizer:
@@ -123,6 +128,17 @@ class Tokenizer:
         if len(text) >= _HUGE:
             _return_freed_memory()
         return encoding
+
+    def unknown_id(self, ids: Sequence[object]) -> object | None:
+        """The first of `ids` that is no id of this vocabulary (not an integer, or out of its
+        range), or None: the library fails on a negative or huge id and reads an unknown one as
+        no text at all."""
+        size = self.size
+        if set(map(type, ids)) <= _INT:
+            whole = cast("Sequence[int]", ids)
+            if not whole or (min(whole) >= 0 and max(whole) < size):
+                return None
+        return next(i for i in ids if type(i) is not int or not 0 <= i < size)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         if len(ids) >= _LONG_IDS:

@@ -12,9 +12,9 @@ from abc import ABC, abstractmethod
 from functools import lru_cache
 
 from gateway.codec.textchunks import TextChunks
-from gateway.neutral.errors import UpstreamClass, UpstreamError
-from gateway.neutral.events import Event
-from gateway.sse import SSEDecoder
+from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
+from gateway.neutral.events import Event, Frame
+from gateway.sse import SSEDecoder, SSEEvent, encode_data
 
 # What a payload that is not what the dialect promises raises while it is read.
 PARSE_ERRORS = (UpstreamError, ValueError, KeyError, TypeError, AttributeError, IndexError)
@@ -35,20 +35,29 @@ def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
 
 
 def broken_off(text: str) -> UpstreamError:
-    return UpstreamError(f"backend broke off the stream: {text}", upstream_class=UpstreamClass.MIDSTREAM)
+    """What a backend wrote into its stream instead of an event, for the client (`clip`ped)."""
+    return UpstreamError(f"backend broke off the stream: {clip(text)}", upstream_class=UpstreamClass.MIDSTREAM)
 
 
 class EventParser(ABC):
     """With `chunks`, the stream's text chunks are read from its template (gateway.codec
     .textchunks), which `on_event` teaches from a chunk it read whole; every other event is
-    `on_event`'s."""
+    `on_event`'s.
 
-    __slots__ = ("_chunks", "_decoder", "_fault")
+    A parser that `relays` (a pass-through: the client speaks the backend's wire) hands each
+    event on as it came, by `relayed` from `on_event`; what dispatches no event (comments, a
+    keep-alive) goes on as a Frame of its own."""
 
-    def __init__(self, chunks: TextChunks | None = None) -> None:
-        self._decoder = SSEDecoder()
+    __slots__ = ("_block", "_chunks", "_decoder", "_fault", "_relays")
+    # Whether a last event that the stream's end cuts off from its blank line still counts.
+    unterminated_last = False
+
+    def __init__(self, chunks: TextChunks | None = None, relays: bool = False) -> None:
+        self._decoder = SSEDecoder(keep=relays)
         self._fault: Exception | None = None
         self._chunks = chunks
+        self._relays = relays
+        self._block: bytes | None = None  # the lines of the event `on_event` reads, relaying
 
     @abstractmethod
     def on_event(self, data: bytes, out: list[Event]) -> None:
@@ -68,15 +77,49 @@ class EventParser(ABC):
         out: list[Event] = []
         chunks = self._chunks
         try:
-            for payload in self._decoder.feed_data(data):
-                if chunks is None or not chunks.event(payload, out):
-                    self.on_event(payload, out)
+            if self._relays:
+                self._relay(data, out)
+            else:
+                for payload in self._decoder.feed_data(data):
+                    if chunks is None or not chunks.event(payload, out):
+                        self.on_event(payload, out)
             self._check_stray()
         except PARSE_ERRORS as e:
             if not out:
                 raise
             self._fault = e
         return out
+
+    def _relay(self, data: bytes, out: list[Event]) -> None:
+        self._take(self._decoder.feed(data), out)
+
+    def _take(self, events: list[SSEEvent], out: list[Event]) -> None:
+        """Whole events, one by one (those that dispatch none are relayed, when relaying)."""
+        chunks = self._chunks
+        for ev in events:
+            if not ev.dispatched:
+                assert ev.raw is not None
+                out.append(Frame(ev.raw))
+            elif chunks is None or not chunks.event(ev.data, out):
+                self._block = ev.raw
+                try:
+                    self.on_event(ev.data, out)
+                finally:
+                    self._block = None
+
+    def relayed(self, data: bytes, key: str, name: bytes | None) -> bytes:
+        """The event `on_event` reads (its payload `data`) as a client of the backend's own wire
+        gets it: its lines as they came, or (a lone `data:` line) the payload framed again;
+        with `name`, its `key` field renamed (see `renamed`)."""
+        block = self._block
+        if block is None:
+            return encode_data(data if name is None else renamed(data, key, name))
+        if name is None:
+            return block
+        if _field(key).search(block) is None and _field(key).search(data) is not None:
+            # The name's field is cut across two `data:` lines: the payload's lines framed again.
+            return b"data: " + renamed(data, key, name).replace(b"\n", b"\ndata: ") + b"\n\n"
+        return renamed(block, key, name)
 
     def _texts(self, chunks: TextChunks, data: bytes) -> list[Event]:
         """A read with a template: runs of text chunks from it, each other event (one that
@@ -113,20 +156,15 @@ class EventParser(ABC):
         if self._fault is not None:
             raise self._fault
         out: list[Event] = []
-        chunks = self._chunks
-        for ev in self.tail():
-            if chunks is None or not chunks.event(ev, out):
-                self.on_event(ev, out)
+        # A last event without its blank line is discarded, as the SSE rules say, unless the
+        # dialect's servers end that way.
+        last = self._decoder.feed(b"\n\n") if self.unterminated_last else []
+        self._take(last + self._decoder.close(), out)
         self._check_stray()
         self.on_end(out)
         return out
 
-    def tail(self) -> list[bytes]:
-        """Payloads still in the decoder when the stream ends (a last event without its blank
-        line is discarded, as the SSE rules say; a subclass may be more forgiving)."""
-        return [ev.data for ev in self._decoder.close()]
-
     def _check_stray(self) -> None:
         # Lines that are not SSE fields: some servers write raw text into a stream on failure.
         if self._decoder.stray:
-            raise broken_off(b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500])
+            raise broken_off(b" ".join(self._decoder.stray).decode("utf-8", "replace"))

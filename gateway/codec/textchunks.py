@@ -103,7 +103,9 @@ class TextChunks:
         key inside a string value has its quotes escaped, so it cannot be found there)."""
         found = self._key + jsonutil.dumps(text)
         at = payload.find(found)
-        if at < 0 or payload.find(found, at + 1) >= 0:
+        # A payload of several lines (an event of several `data:` lines) teaches no template: on
+        # the wire each of its lines has a `data:` of its own, which the template would lack.
+        if at < 0 or payload.find(found, at + 1) >= 0 or b"\n" in payload:
             self._tries -= 1
             return
         pre, segs = payload[: at + len(self._key)], tuple[bytes, ...]()

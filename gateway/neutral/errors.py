@@ -8,6 +8,33 @@ from enum import StrEnum
 
 from gateway.redact import for_client, scrub
 
+# What a client sees of a backend's own text at most.
+CLIENT_TEXT_LIMIT = 512
+_CUT = " […] "
+
+
+def clip(text: str, limit: int = CLIENT_TEXT_LIMIT) -> str:
+    """A backend's text cut to at most `limit` characters for a client: the start of its first
+    line, then as much of its end as fits, `[…]` between. The end is what says what went wrong:
+    a traceback (Triton's answer for a model that raised) ends with the exception's line. A
+    text that fits is returned as it is."""
+    if len(text) <= limit:
+        return text
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    first = text.split("\n", 1)[0][: limit // 3]
+    room = limit - len(first) - len(_CUT)
+    tail = text[-room:]
+    # Begin the end at a line's start when one is near, rather than inside a line.
+    start = tail.find("\n", 0, room // 4)
+    return first + _CUT + (tail[start + 1 :] if start >= 0 else tail)
+
+
+def body_text(body: bytes) -> str:
+    """A backend's error body that is no JSON, as text for a client (`clip`ped)."""
+    return clip(body.decode("utf-8", "replace").strip()) or "(empty body)"
+
 
 class Kind(StrEnum):
     VALIDATION = "validation"
@@ -122,7 +149,7 @@ class UpstreamError(GatewayError):
     """The backend failed. `upstream_class` labels the metric.
 
     The message often quotes the backend's own words, which may echo a credential: it is
-    scrubbed and cut short here, once, so it is safe to show wherever it goes.
+    scrubbed and cut short (`clip`) here, once, so it is safe to show wherever it goes.
     """
 
     status = 502
@@ -139,7 +166,7 @@ class UpstreamError(GatewayError):
         code: str | None = None,
         param: str | None = None,
     ) -> None:
-        super().__init__(for_client(message), status=status, code=code, param=param)
+        super().__init__(for_client(clip(scrub(message))), status=status, code=code, param=param)
         if upstream_class is not None:
             self.upstream_class = upstream_class
         if kind is not None:
@@ -154,6 +181,14 @@ class UpstreamTimeout(UpstreamError):
     status = 504
     kind = Kind.TIMEOUT
     upstream_class = UpstreamClass.TIMEOUT
+
+
+def relaying(err: UpstreamError, body: bytes, body_type: str = "application/json") -> UpstreamError:
+    """`err` for a client of the backend's own wire, which gets the backend's `body` as it is
+    (secrets hidden) instead of the gateway's words."""
+    err.body = scrub(body.decode("utf-8", "replace")).encode()
+    err.body_type = body_type
+    return err
 
 
 def upstream_status_error(
@@ -186,9 +221,7 @@ def _status_error(status: int, message: str, backend: str, body: bytes | None, b
     if body is not None and status >= 400 and status not in (401, 403):
         err = _status_error(status, message, backend, None, body_type)
         err.status = status
-        err.body = scrub(body.decode("utf-8", "replace")).encode()
-        err.body_type = body_type
-        return err
+        return relaying(err, body, body_type)
     text = f"backend {backend!r} answered {status}: {message}"
     cls = UpstreamClass.STATUS_5XX if status >= 500 else UpstreamClass.STATUS_4XX
     if status in (400, 422):

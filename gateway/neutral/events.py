@@ -55,21 +55,21 @@ class UsageEvent(NamedTuple):
 
 
 class Frame(NamedTuple):
-    """An upstream event payload the client's dialect takes as it is (same-wire routes only).
+    """Upstream events the client's dialect takes as they are (same-wire routes only): `payload`
+    is them with their framing, as the client gets them (the lines the upstream sent, the model
+    renamed where the route renames it).
 
     Parsers emit it next to the neutral events decoded from the same payload: pass-through
     renderers write the frames and ignore the rest, translating renderers do the opposite.
     `usage_only` marks a frame that carries nothing but usage (which the gateway may have asked
     for on its own behalf); `final` one that finishes a choice; `fingerprint` is the
-    `system_fingerprint` a usage-only frame carries. A `raw` frame's payload is whole events with
-    their framing, as the upstream sent them (a read that held nothing the gateway must look at).
+    `system_fingerprint` a usage-only frame carries.
     """
 
     payload: bytes
     usage_only: bool = False
     final: bool = False
     fingerprint: str | None = None
-    raw: bool = False
 
 
 # An event built with every field given, past the named tuple's own constructor (a Python

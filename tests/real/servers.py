@@ -33,7 +33,7 @@ PYTRITON = "nvidia-pytriton==0.7.0"
 # vLLM brings builds of these made for CUDA torch; beside the CPU torch they fail to load and
 # take transformers' model imports down with them. Nothing the tests run needs them.
 VLLM_UNWANTED = ("torchvision", "torchaudio", "torchcodec")
-TRITON_MODELS = ("minimal", "ensemble", "vllm_model")
+TRITON_MODELS = ("minimal", "ensemble", "vllm_model", "failing", "failing_decoupled", "several")
 
 
 def _die_with_parent() -> None:

@@ -30,6 +30,9 @@ CLIENT_KEY = "client-secret-key"
 BACKEND_KEY = "backend-secret-token"
 AUTH = {"Authorization": f"Bearer {CLIENT_KEY}"}
 MODEL = "gw-tiny"  # what the client says; vLLM serves "tiny"
+# Triton models that fail: raising (plain and decoupled) and giving several responses.
+FAILING = ("failing", "failing_decoupled", "several")
+RAISED = "ValueError: the model failed on purpose"
 CHAT = [{"role": "user", "content": "hello"}]
 PROMPT = "The quick brown fox"
 
@@ -99,11 +102,17 @@ async def gw(tee, triton) -> AsyncIterator[TestClient]:
             },
             "ens": {"dialect": "triton", "url": triton.url, "model": "ensemble", "options": {"flavor": "trtllm"}},
             "tv": {"dialect": "triton", "url": triton.url, "model": "vllm_model", "options": {"flavor": "vllm"}},
+            **{
+                model: {"dialect": "triton", "url": triton.url, "model": model, "options": {"flavor": "trtllm"}}
+                for model in FAILING
+            },
         },
         "routes": [
             {"name": "oai", "dialect": "openai", "backend": "vllm", "models": [MODEL]},
             {"name": "ens", "dialect": "triton", "backend": "ens", "models": ["gw-ensemble"]},
             {"name": "tv", "dialect": "triton", "backend": "tv", "models": ["gw-vllm"]},
+            *({"name": f"t-{m}", "dialect": "triton", "backend": m, "models": [f"gw-{m}"]} for m in FAILING),
+            *({"name": f"o-{m}", "dialect": "openai", "backend": m, "models": [f"oai-{m}"]} for m in FAILING),
         ],
     }
     client = TestClient(TestServer(create_app(parse_config(config))))
@@ -394,14 +403,51 @@ async def test_triton_generate_stream_is_tritons_stream(gw, http, triton, case):
     assert got == [_renamed(e, EXPOSED[model]) for e in direct]
 
 
-async def test_triton_error_in_a_200_answer_is_a_400_with_tritons_message(gw, http, triton):
-    body = {"text_input": "hello there", "max_tokens": 4, "stream": True}
-    status, direct = await _triton_direct(http, triton.url, "/v2/models/ensemble/generate", body)
+@pytest.mark.parametrize(
+    ("model", "body"),
+    [
+        ("ensemble", {"text_input": "hello there", "max_tokens": 4, "stream": True}),
+        ("several", {"text_input": "hello there"}),
+    ],
+)
+async def test_triton_error_in_a_200_answer_is_a_400_with_tritons_body(gw, http, triton, model, body):
+    status, direct = await _triton_direct(http, triton.url, f"/v2/models/{model}/generate", body)
     # Triton itself answers 200 with an error: a decoupled model gives more than one response.
     assert status == 200 and "error" in direct, direct
-    g_status, got = await _triton_through(gw, "/v2/models/gw-ensemble/generate", body)
-    assert g_status == 400, (g_status, got)
-    assert direct["error"] in got["error"]
+    # Its generate extension has a failed request answer 400 with {"error"}: Triton's own words.
+    assert await _triton_through(gw, f"/v2/models/gw-{model}/generate", body) == (400, direct)
+
+
+async def test_several_responses_to_a_generate_the_gateway_asked_for_are_a_backend_failure(gw, http, triton):
+    status, direct = await _triton_direct(http, triton.url, "/v2/models/several/generate", {"text_input": "hi"})
+    assert status == 200 and "error" in direct, direct
+    r = await gw.post("/v1/completions", json={"model": "oai-several", "prompt": "hi"}, headers=AUTH)
+    assert r.status == 502
+    assert (await r.json())["error"]["message"] == f"backend error in a 200 answer: {direct['error']}"
+
+
+@pytest.mark.parametrize("model", ["failing", "failing_decoupled"])
+@pytest.mark.parametrize("path", ["generate", "generate_stream"])
+async def test_a_triton_model_that_raised_reaches_a_triton_client_as_triton_said_it(gw, http, triton, model, path):
+    """Also a stream that fails before its first event: Triton's status and its one error event."""
+    async with http.post(f"{triton.url}/v2/models/{model}/{path}", json={"text_input": "hi"}) as r:
+        direct = (r.status, r.content_type, await r.read())
+    assert direct[0] == 400 and RAISED.encode() in direct[2], direct
+    r = await gw.post(f"/v2/models/gw-{model}/{path}", json={"text_input": "hi"}, headers=AUTH)
+    assert (r.status, r.content_type, await r.read()) == direct
+
+
+@pytest.mark.parametrize("model", ["failing", "failing_decoupled"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_triton_model_that_raised_is_named_to_an_openai_client(gw, http, triton, model, stream):
+    body = {"model": f"oai-{model}", "prompt": "hi", "max_tokens": 4, "stream": stream}
+    r = await gw.post("/v1/completions", json=body, headers=AUTH)
+    assert r.status == 400  # Triton's status for a model that raised
+    message = (await r.json())["error"]["message"]
+    assert len(message) <= 512 and " […] " in message
+    # The exception's line is kept: the last line of a decoupled model's error, followed by where
+    # the Python backend called the model for the other.
+    assert message.endswith(RAISED) if model == "failing_decoupled" else f"{RAISED}    At: " in message
 
 
 async def test_triton_version_path_is_forwarded(gw, http, triton):

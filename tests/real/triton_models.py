@@ -6,7 +6,10 @@ a real Triton server through PyTriton. Run by the PyTriton environment's python:
 - `ensemble`: the TensorRT-LLM ensemble's inputs and outputs; decoupled, streaming when its
   `stream` input is true; keeps a matched stop word in the text, as TensorRT-LLM does;
 - `vllm_model`: the interface of Triton's vLLM backend: `sampling_parameters` as a JSON string,
-  `stream`, `exclude_input_in_output` and the `return_*` switches, outputs only when asked.
+  `stream`, `exclude_input_in_output` and the `return_*` switches, outputs only when asked;
+- `failing`, `failing_decoupled`: the minimal interface, a model that raises on every request
+  (Triton's answer then carries the model's traceback), plain and decoupled;
+- `several`: the minimal interface, decoupled, answering every request with three responses.
 
 "Generation" is a fixed sentence built from the prompt, a word per token, so every answer can
 be predicted by the test that asks for it (see `expected`).
@@ -52,6 +55,17 @@ def minimal(requests):  # type: ignore[no-untyped-def]
         n = int(_value(r, "max_tokens", 8))
         out.append({"text_output": _text("".join(tokens(_value(r, "text_input", ""))[:n]))})
     return out
+
+
+def failing(requests):  # type: ignore[no-untyped-def]
+    raise ValueError("the model failed on purpose")
+
+
+def several(requests):  # type: ignore[no-untyped-def]
+    for r in requests:
+        words = tokens(_value(r, "text_input", ""))[:3]
+        for w in words:
+            yield [{"text_output": _text(w)}]
 
 
 def _cut(toks: list[str], stops: list[str], keep: bool) -> tuple[list[str], bool]:
@@ -208,6 +222,18 @@ def main() -> None:
             ],
             config=ModelConfig(batching=False, decoupled=True),
         )
+        for name, func, decoupled in (
+            ("failing", failing, False),
+            ("failing_decoupled", failing, True),
+            ("several", several, True),
+        ):
+            triton.bind(
+                model_name=name,
+                infer_func=func,
+                inputs=[Tensor(name="text_input", dtype=bytes, shape=(1,))],
+                outputs=[Tensor(name="text_output", dtype=bytes, shape=(1,))],
+                config=ModelConfig(batching=False, decoupled=decoupled),
+            )
         triton.serve()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gateway import jsonutil
-from gateway.adapters import tokenizer_for
+from gateway.adapters.prompt import ids_text
 from gateway.codec.contract import BackendView, Carriage, NoOptions, Outgoing, UpstreamCall
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.databricks import params as names
@@ -91,10 +91,9 @@ def _decoded(ids: list[int] | list[list[int]], backend: BackendView[NoOptions]) 
             param="prompt",
             code="tokenizer_not_configured",
         )
-    tok = tokenizer_for(backend)
     if ids and isinstance(ids[0], list):
-        return [tok.decode(one) for one in ids]
-    return tok.decode(ids)  # type: ignore[arg-type]
+        return [ids_text(one, backend) for one in ids]
+    return ids_text(ids, backend)  # type: ignore[arg-type]
 
 
 class DatabricksOutbound:

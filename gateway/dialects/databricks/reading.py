@@ -5,29 +5,29 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.dialects.openai.reading import OpenAIStreamParser
-from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event
 from gateway.sse import DONE
 
 
 def error_text(body: bytes) -> str:
-    """The message in any of the error bodies Databricks is known to send."""
+    """The message in any of the error bodies Databricks is known to send, `clip`ped."""
     try:
         obj = jsonutil.loads(body)
     except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return body_text(body)
+    text = str(obj)
     if isinstance(obj, dict):
-        code, msg = obj.get("error_code"), obj.get("message")
+        code, msg, err = obj.get("error_code"), obj.get("message"), obj.get("error")
         if code is not None:
-            return f"{code}: {msg}" if msg else str(code)
-        err = obj.get("error")
-        if isinstance(err, str):
-            return err
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if msg:
-            return str(msg)
-    return str(obj)[:500]
+            text = f"{code}: {msg}" if msg else str(code)
+        elif isinstance(err, str):
+            text = err
+        elif isinstance(err, dict) and err.get("message"):
+            text = str(err["message"])
+        elif msg:
+            text = str(msg)
+    return clip(text)
 
 
 class DatabricksStreamParser(OpenAIStreamParser):

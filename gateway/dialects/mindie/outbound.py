@@ -20,12 +20,13 @@ from gateway.codec.contract import BackendView, Carriage, KvSource, Outgoing, St
 from gateway.codec.finish import FinishWords
 from gateway.dialects.mindie import params as names
 from gateway.dialects.mindie.reading import FullTextParser
+from gateway.dialects.mindie.schema import TOKEN_ID_ABOVE, TOKEN_ID_MAX
 from gateway.dialects.openai import reading as openai_reading
 from gateway.dialects.openai.outbound import message_dict, sampling_fields
 from gateway.dialects.tgi import reading
 from gateway.dialects.tgi.outbound import sampling
 from gateway.modelserver import MINDIE_PAGE
-from gateway.neutral.errors import Unsupported
+from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, is_off
 from gateway.neutral.types import Answer, Finish, Request, Task
 from gateway.records import record
@@ -89,6 +90,20 @@ def _single(value: Any, what: str) -> Any:
     return value
 
 
+def _token_ids(ids: list[int]) -> list[int]:
+    """A prompt's ids as /infer_token takes them: within the manual's range, at most as many."""
+    bad = next((i for i in ids if not TOKEN_ID_ABOVE < i <= TOKEN_ID_MAX), None)
+    if bad is None and len(ids) <= TOKEN_ID_MAX:
+        return ids
+    what = f"token id {bad} in the prompt is" if bad is not None else f"a prompt of {len(ids)} token ids is"
+    raise InvalidRequest(
+        f"{what} more than MindIE's /infer_token takes: ids in ({TOKEN_ID_ABOVE}, {TOKEN_ID_MAX}], "
+        f"at most {TOKEN_ID_MAX} of them",
+        param="prompt",
+        code="invalid_token_id",
+    )
+
+
 def _plain_media(message: dict[str, Any]) -> dict[str, Any]:
     """OpenAI `{"url": ...}` media parts to MindIE's plain strings."""
     parts = message.get("content")
@@ -107,7 +122,7 @@ def native_body(req: Request, opts: Options) -> dict[str, Any]:
     params["details"] = True  # finish reason and token counts come only with details
     body: dict[str, Any] = {}
     if req.prompt_ids is not None:
-        body["input_id"] = _single(req.prompt_ids, "prompt")
+        body["input_id"] = _token_ids(_single(req.prompt_ids, "prompt"))
     else:
         body["inputs"] = _single(req.prompt, "prompt")
     body["stream"] = req.stream

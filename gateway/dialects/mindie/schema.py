@@ -41,14 +41,16 @@ class NativeParameters(_Open):
     timeout: int | None = Field(None, gt=0, le=3600)
 
 
-TokenId = Annotated[int, Field(gt=1, le=1024 * 1024)]
+# A token id of /infer_token, as the manual gives its range: (1, 1048576].
+TOKEN_ID_ABOVE, TOKEN_ID_MAX = 1, 1024 * 1024
+TokenId = Annotated[int, Field(gt=TOKEN_ID_ABOVE, le=TOKEN_ID_MAX)]
 
 
 class InferRequest(_Open):
     """/infer (text `inputs`) and /infer_token (`input_id`); one of the two, not both."""
 
     inputs: str | None = Field(None, min_length=1)
-    input_id: Annotated[list[TokenId], Field(min_length=1, max_length=1024 * 1024)] | None = None
+    input_id: Annotated[list[TokenId], Field(min_length=1, max_length=TOKEN_ID_MAX)] | None = None
     stream: bool | None = None
     parameters: NativeParameters | None = None
 

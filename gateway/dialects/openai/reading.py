@@ -6,7 +6,7 @@ from gateway import jsonutil
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
 from gateway.codec.textchunks import TextChunks
-from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Answer, Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
 from gateway.sse import DONE
@@ -39,6 +39,11 @@ def usage_from(obj: Any) -> Usage | None:
         return None
     extra = {k: obj[k] for k in ("prompt_tokens_details", "completion_tokens_details") if obj.get(k)}
     return Usage(obj.get("prompt_tokens"), obj.get("completion_tokens"), extra or None)
+
+
+def token_ids(value: Any) -> list[int] | None:
+    """vLLM's `token_ids` (asked with `return_token_ids`): a list of ids, else nothing."""
+    return value if type(value) is list and value and all(type(i) is int for i in value) else None
 
 
 def chat_logprobs(lp: Any) -> list[dict[str, Any]] | None:
@@ -159,20 +164,22 @@ def plain_prefix(data: bytes) -> tuple[int, int]:
 
 
 def error_text(obj: Any) -> str:
+    """The message of an error body (`{"error": {"message"}}` or `{"error": "..."}`), `clip`ped."""
+    text = str(obj)
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):
-            return str(err.get("message") or err)
-        if isinstance(err, str):
-            return err
-    return str(obj)[:500]
+            text = str(err.get("message") or err)
+        elif isinstance(err, str):
+            text = err
+    return clip(text)
 
 
 def error_message(body: bytes) -> str:
     try:
         obj = jsonutil.loads(body)
     except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return body_text(body)
     return error_text(obj)
 
 
@@ -215,7 +222,7 @@ def parse_body(req: Request, body: bytes, words: FinishWords = FINISH_WORDS) -> 
     choices = []
     for c in obj["choices"]:
         finish = finish_of(words, c.get("finish_reason"), c.get("stop_reason"))
-        ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids
+        ids = token_ids(c.get("token_ids"))
         if req.task is Task.CHAT:
             msg = c.get("message") or {}
             choices.append(
@@ -252,7 +259,7 @@ class OpenAIStreamParser(EventParser):
     ) -> None:
         # Translating, text chunks are read from the first one's template (a pass-through
         # forwards them undecoded instead).
-        super().__init__(None if passthrough else TextChunks(b'"content":' if chat else b'"text":'))
+        super().__init__(None if passthrough else TextChunks(b'"content":' if chat else b'"text":'), passthrough)
         self._chat = chat
         self._passthrough = passthrough
         self._rename = rename
@@ -273,7 +280,7 @@ class OpenAIStreamParser(EventParser):
         # The rest is read event by event.
         head = data[:end]
         self._decoder.skipped()
-        out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0), raw=True)]
+        out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0))]
         if events > 1 or self._empty not in head:
             out.append(A_TOKEN)
         if end < len(data):
@@ -300,7 +307,7 @@ class OpenAIStreamParser(EventParser):
             bare = usage_only(choices, obj)
             final = not bare and any(c.get("finish_reason") is not None for c in choices)
             fingerprint = obj.get("system_fingerprint") if bare else None
-            payload = data if self._rename is None else renamed(data, "model", self._rename)
+            payload = self.relayed(data, "model", self._rename)
             out.append(Frame(payload, bare, final, fingerprint if isinstance(fingerprint, str) else None))
         for c in choices:
             if c.get("finish_reason") is None and c.get("logprobs") is None and c.get("token_ids") is None:
@@ -320,7 +327,7 @@ class OpenAIStreamParser(EventParser):
                             chunks.learn(data, text, c.get("index", 0))
                     continue
             i = c.get("index", 0)
-            ids = c.get("token_ids") or None  # vLLM's, when asked with return_token_ids
+            ids = token_ids(c.get("token_ids"))
             if self._chat:
                 delta = c.get("delta") or {}
                 text = _content(delta)

@@ -406,19 +406,18 @@ class PassthroughStream:
             if type(ev) is not Frame:
                 continue
             assert isinstance(ev, Frame)
-            framed = ev.payload if ev.raw else b"data: " + ev.payload + b"\n\n"
             if self._include_usage:
-                parts.append(framed)
+                parts.append(ev.payload)
             elif ev.usage_only:
                 parts.append(self._release(ev.fingerprint))
             elif self._held is not None or ev.final:
                 held = self._held if self._held is not None else []
                 if ev.final:
                     self._finals.append(len(held))
-                held.append(framed)
+                held.append(ev.payload)
                 self._held = held
             else:
-                parts.append(framed)
+                parts.append(ev.payload)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _release(self, fingerprint: str | None) -> bytes:

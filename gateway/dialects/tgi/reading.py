@@ -6,7 +6,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, broken_off
-from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Result, Usage
 
@@ -23,7 +23,9 @@ def ids_list(value: Any) -> list[int] | None:
 
 
 def error_text(obj: Any) -> str:
-    """The message of a `{"error", "error_type"}` body; MindIE sometimes JSON-encodes it twice."""
+    """The message of a `{"error", "error_type"}` body, `clip`ped; MindIE sometimes JSON-encodes
+    it twice."""
+    text = str(obj)
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("Error"))
         if isinstance(err, str):
@@ -32,17 +34,17 @@ def error_text(obj: Any) -> str:
                     return error_text(jsonutil.loads(err))
                 except jsonutil.JSONDecodeError:
                     pass
-            return err
-        if err is not None:
-            return str(err)
-    return str(obj)[:500]
+            text = err
+        elif err is not None:
+            text = str(err)
+    return clip(text)
 
 
 def error_message(status: int, body: bytes) -> str:
     try:
         return error_text(jsonutil.loads(body))
     except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return body_text(body)
 
 
 def parse_object(obj: Any, prompt_tokens: int | None = None, words: FinishWords = FINISH_WORDS) -> Result:
@@ -79,6 +81,8 @@ class GenerateStreamParser(EventParser):
     """
 
     __slots__ = ("_final", "_prompt_tokens", "_sent", "_words")
+    # MindIE may end with its final event and no blank line after it: it still counts.
+    unterminated_last = True
 
     def __init__(self, prompt_tokens: int | None = None, words: FinishWords = FINISH_WORDS) -> None:
         super().__init__()
@@ -86,10 +90,6 @@ class GenerateStreamParser(EventParser):
         self._final = False
         self._sent: list[str] = []
         self._prompt_tokens = prompt_tokens
-
-    def tail(self) -> list[bytes]:
-        # MindIE may end with its final event and no blank line after it: it still counts.
-        return [ev.data for ev in self._decoder.feed(b"\n\n") + self._decoder.close()]
 
     def on_end(self, out: list[Event]) -> None:
         if not self._final:
@@ -101,9 +101,9 @@ class GenerateStreamParser(EventParser):
         try:
             obj = jsonutil.loads(data)
         except jsonutil.JSONDecodeError:
-            raise broken_off(data.decode("utf-8", "replace")[:500]) from None
+            raise broken_off(data.decode("utf-8", "replace")) from None
         if not isinstance(obj, dict):
-            raise broken_off(data.decode("utf-8", "replace")[:500])
+            raise broken_off(data.decode("utf-8", "replace"))
         if "error" in obj:
             raise UpstreamError(f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM)
         tok = obj.get("token") or {}

@@ -17,7 +17,7 @@ from gateway.adapters.stops import StopMatcher
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, renamed
 from gateway.codec.textchunks import TextChunks
-from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError
+from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError, body_text, clip, relaying
 from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event
 from gateway.neutral.types import Choice, Finish, Result, Usage
 from gateway.records import record
@@ -60,7 +60,7 @@ class CallState:
             self.prompt_tokens = self.tokenizer.count_prompt(self.prompt)
 
     def relay(self, data: bytes) -> bytes:
-        """An answer or event as the client gets it on a pass-through: the model renamed."""
+        """A whole answer as the client gets it on a pass-through: the model renamed."""
         return data if self.rename is None else renamed(data, "model_name", self.rename)
 
 
@@ -72,18 +72,20 @@ def error_body_text(body: bytes) -> str:
     try:
         return error_text(jsonutil.loads(text))
     except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return body_text(body)
 
 
 def error_text(obj: Any) -> str:
+    """The message of an `{"error"}` body (MindIE's `error_type` after it), `clip`ped."""
+    text = None
     if isinstance(obj, dict):
         err = obj.get("error")
         if isinstance(err, str):
             kind = obj.get("error_type")
-            return f"{err} ({kind})" if isinstance(kind, str) and kind else err
-        if err is not None:
-            return jsonutil.dumps_str(err)[:500]
-    return jsonutil.dumps_str(obj)[:500]
+            text = f"{err} ({kind})" if isinstance(kind, str) and kind else err
+        elif err is not None:
+            text = jsonutil.dumps_str(err)
+    return clip(jsonutil.dumps_str(obj) if text is None else text)
 
 
 def _first(value: Any) -> Any:
@@ -137,16 +139,10 @@ class Reader:
                 raise UpstreamError(
                     f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM
                 )
-            # Triton answers 200 with an error when the request did not fit the model (`stream`
-            # on /generate of a decoupled model): the client's 400 when it wrote the request,
-            # else the gateway's config did not fit the model.
-            if self.st.passthrough:
-                raise UpstreamError(
-                    f"backend refused the request: {error_text(obj)}",
-                    upstream_class=UpstreamClass.STATUS_4XX,
-                    status=400,
-                    kind=Kind.VALIDATION,
-                )
+            # Triton answers 200 with an error when the request does not fit the model (`stream`
+            # on /generate of a decoupled model, or a model that gives several responses): the
+            # gateway wrote this request (a Triton client's is refused in `parse_body`), so its
+            # configuration does not fit the model.
             raise UpstreamError(f"backend error in a 200 answer: {error_text(obj)}")
         text = obj.get("text_output")
         if type(text) is not str:
@@ -179,6 +175,17 @@ class Reader:
 
 def parse_body(st: CallState, body: bytes) -> Result:
     obj = jsonutil.loads(body)
+    if st.passthrough and isinstance(obj, dict) and "error" in obj:
+        # Triton's 200 with an error (see `Reader.take`) is what its generate extension says a
+        # failed request answers with a 400: a Triton client wrote the request, and gets that
+        # status with Triton's own body.
+        err = UpstreamError(
+            f"backend refused the request: {error_text(obj)}",
+            upstream_class=UpstreamClass.STATUS_4XX,
+            status=400,
+            kind=Kind.VALIDATION,
+        )
+        raise relaying(err, body)
     reader = Reader(st)
     text = reader.take(obj, midstream=False)
     stopped = False
@@ -196,6 +203,9 @@ class TritonStreamParser(EventParser):
     with the last text goes out with it; otherwise the finish, and usage always, at the end."""
 
     __slots__ = ("_finished", "_matcher", "_reader", "_st", "_stopped")
+    # A Triton stream has no terminator: its end is a normal end, and an event that came whole
+    # but for the blank line after it (an error, say) still counts.
+    unterminated_last = True
 
     def __init__(self, st: CallState) -> None:
         # Translated, TRT-LLM's text events are read from the stream's template: they differ in
@@ -203,7 +213,9 @@ class TritonStreamParser(EventParser):
         # is only learned from an event that has them, so the reader has the server's count and
         # never needs the whole text to count it (the template's texts are not kept).
         templated = st.reading.templated and not st.passthrough and not st.strip_stops
-        super().__init__(TextChunks(b'"text_output":', b'"output_log_probs":', _count) if templated else None)
+        super().__init__(
+            TextChunks(b'"text_output":', b'"output_log_probs":', _count) if templated else None, st.passthrough
+        )
         self._st = st
         self._reader = Reader(st)
         self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
@@ -218,7 +230,7 @@ class TritonStreamParser(EventParser):
         if chunks is not None and text and chunks.learning and type(obj.get("text_output")) is str:
             chunks.learn(data, text, 0)
         if self._st.passthrough:
-            out.append(Frame(self._st.relay(data)))
+            out.append(Frame(self.relayed(data, "model_name", self._st.rename)))
         if self._matcher is not None:
             if self._stopped:
                 return

@@ -217,7 +217,7 @@ class PassthroughStream:
         return b""
 
     def render(self, events: list[Event]) -> bytes:
-        return b"".join(b"data: " + ev.payload + b"\n\n" for ev in events if type(ev) is Frame)
+        return b"".join(ev.payload for ev in events if type(ev) is Frame)
 
     def error(self, err: GatewayError) -> bytes:
         return error_event(err)
