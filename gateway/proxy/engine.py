@@ -78,12 +78,9 @@ class ProxyEngine:
     async def _call(self, plan: Plan, part: Request) -> UpstreamCall:
         """The upstream call for one part. A large request may mean a long chat-template render
         or tokenizer run: off the event loop, so one big prompt does not stall the others."""
-        out = Outgoing(part, plan.backend, plan.request_id, plan.same_wire, plan.variant)
-        call = await offload(self._build, out, True) if plan.body_bytes >= OFFLOAD_BYTES else self._build(out)
-        if plan.headers:
-            # The Inference Extension's headers go on as the client sent them (the codec's own win).
-            call = replace(call, headers={**plan.headers, **(call.headers or {})})
-        return call
+        if plan.body_bytes >= OFFLOAD_BYTES:
+            return await offload(self.call, plan, part, True)
+        return self.call(plan, part)
 
     def _build(self, out: Outgoing[Any], whole: bool = False) -> UpstreamCall:
         """The codec's call; with `whole`, its `meanwhile` work done as well (a large request's
@@ -107,12 +104,7 @@ class ProxyEngine:
         `trace`: the request's span, whose context the backend gets and which sees each attempt."""
         b = self.backend
         conf = b.conf
-        # No client header reaches a backend but the request id and the Inference Extension's
-        # (plan.POOL_HEADERS, in call.headers): credentials belong to each side, and MindIE
-        # steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
-        headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
-        if call.body is not None:
-            headers.setdefault("Content-Type", "application/json")
+        headers = self.headers(call, request_id)
         if trace is not None:
             trace.inject(headers)
         # A whole answer must be all there within timeout_s; a stream may run for long, but no
@@ -347,6 +339,28 @@ class ProxyEngine:
         if plan.fill_token_ids:
             stream = TokenIdStream(stream, tokenizer_for(plan.backend))
         return stream
+
+    # ---- what each upstream request is, before it is sent -------------------------------------
+
+    def call(self, plan: Plan, part: Request, whole: bool = False) -> UpstreamCall:
+        """The upstream call for one part of the plan, as it is sent (`whole`: see `_build`)."""
+        out = Outgoing(part, plan.backend, plan.request_id, plan.same_wire, plan.variant)
+        call = self._build(out, whole)
+        if plan.headers:
+            # The Inference Extension's headers go on as the client sent them (the codec's own win).
+            call = replace(call, headers={**plan.headers, **(call.headers or {})})
+        return call
+
+    def headers(self, call: UpstreamCall, request_id: str) -> dict[str, str]:
+        """The headers the gateway sends `call` with; a trace's context is added to them when
+        tracing is on, and the connection adds Host, Content-Length and any URL credentials.
+        No client header reaches a backend but the request id and the Inference Extension's
+        (plan.POOL_HEADERS, in call.headers): credentials belong to each side, and MindIE
+        steers its scheduler by headers (req-id, req-type, d-target, is-recompute)."""
+        headers = {**self.backend.headers, **(call.headers or {}), "X-Request-Id": request_id}
+        if call.body is not None:
+            headers.setdefault("Content-Type", "application/json")
+        return headers
 
 
 async def _within(seconds: float, aw: Awaitable[T]) -> T:

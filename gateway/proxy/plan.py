@@ -33,6 +33,7 @@ POOL_HEADERS = (
     "x-gateway-destination-endpoint",
 )
 NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+NO_FATES: Mapping[str, Fate] = MappingProxyType({})
 
 
 def pool_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -47,21 +48,27 @@ def pool_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     return NO_HEADERS if found is None else found
 
 
+def fate_of(name: str, value: Any, fates: Mapping[str, Fate]) -> Fate | None:
+    """What becomes of one parameter the client set, under the policy's `fates`; None when it is
+    set to its "off" value (an empty list or mapping; False) and so left out: such a value is
+    never a reason to refuse or to name a drop. False stays where the backend maps it or the
+    gateway emulates it, because there it can mean something (do_sample false is greedy)."""
+    fate = fates.get(name) or default_fate(name)
+    if is_off(value) and (value is not False or fate not in (Fate.MAP, Fate.EMULATE)):
+        return None
+    return fate
+
+
 def apply_policy(
     params: Params, fates: Mapping[str, Fate], backend: str, dialect: str
 ) -> tuple[Params, tuple[str, ...]]:
-    """The parameters a backend gets, and the hints dropped for it; Unsupported for refused ones.
-
-    A parameter set to its "off" value (an empty list or mapping; False) is never a reason to
-    refuse or to name a drop: it is left out; but False stays where the backend maps it or the
-    gateway emulates it, because there it can mean something (do_sample false is greedy).
-    """
+    """The parameters a backend gets, and the hints dropped for it; Unsupported for refused ones."""
     removed: dict[str, Any] = {}
     dropped: list[str] = []
     refused: list[str] = []
     for name, value in params.items():
-        fate = fates.get(name) or default_fate(name)
-        if is_off(value) and (value is not False or fate not in (Fate.MAP, Fate.EMULATE)):
+        fate = fate_of(name, value, fates)
+        if fate is None:
             removed[name] = None
         elif fate is Fate.DROP:
             removed[name] = None
@@ -77,6 +84,25 @@ def apply_policy(
             code="unsupported_parameter",
         )
     return (params.replace(**removed) if removed else params), tuple(sorted(dropped))
+
+
+def policy(carried: Mapping[str, Fate], params: Params) -> tuple[dict[str, Fate], bool]:
+    """The fates the parameter policy applies, from those a backend's codec gives (`carried`,
+    its carriage's), with the gateway's choices on stop strings made; and whether the gateway
+    cuts at stop strings the backend would take but cannot keep in the text."""
+    fates = dict(carried)
+    keep = params.include_stop_str_in_output
+    stops_here = bool(
+        keep and params.stop and fates.get("stop") is Fate.MAP and "include_stop_str_in_output" not in fates
+    )
+    if stops_here:
+        # The backend would stop at the strings but cannot keep them in the text: the gateway
+        # cuts instead, and the backend is not told (it would remove them).
+        fates["stop"] = Fate.EMULATE
+    if fates.get("stop") is Fate.EMULATE:
+        # Whoever cuts at stop strings also decides whether the stop text stays.
+        fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
+    return fates, stops_here
 
 
 def prompts(req: Request) -> list[Any] | None:
@@ -120,6 +146,9 @@ class Plan:
     times: "UpstreamTimes" = field(default_factory=lambda: UpstreamTimes())
     # Client headers every upstream request carries (the Inference Extension's: POOL_HEADERS).
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
+    # The fates of the parameter policy (`policy`; each parameter's is `fate_of` it). On a
+    # pass-through, which the policy does not touch, the codec's own (Carriage.fates).
+    fates: Mapping[str, Fate] = field(default_factory=lambda: NO_FATES)
 
     @property
     def width(self) -> int:
@@ -190,20 +219,10 @@ def make_plan(
             carriage.variant,
             carriage.finish_in_band,
             headers=headers,
+            fates=carriage.fates,
         )
-    fates = dict(carriage.fates)
-    keep = req.params.include_stop_str_in_output
-    stops_here = bool(
-        keep and req.params.stop and fates.get("stop") is Fate.MAP and "include_stop_str_in_output" not in fates
-    )
-    if stops_here:
-        # The backend would stop at the strings but cannot keep them in the text: the gateway
-        # cuts instead, and the backend is not told (it would remove them).
-        fates["stop"] = Fate.EMULATE
+    fates, stops_here = policy(carriage.fates, req.params)
     emulated_stop = fates.get("stop") is Fate.EMULATE
-    if emulated_stop:
-        # Whoever cuts at stop strings also decides whether the stop text stays.
-        fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
     params, dropped = apply_policy(req.params, fates, backend.name, backend.dialect)
     stops = params.stop if emulated_stop and params.stop else None
     if stops_here:
@@ -237,6 +256,7 @@ def make_plan(
         include_stop=bool(params.include_stop_str_in_output),
         fill_token_ids=req.wants_token_ids and bool(backend.tokenizer) and not same_wire,
         headers=headers,
+        fates=fates,
     )
 
 
