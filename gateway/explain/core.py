@@ -205,7 +205,7 @@ def _upstream(engine: ProxyEngine, backend: Backend, call: UpstreamCall, request
     return Upstream(
         method=call.method,
         url=None if simulated else shown_url(join(base, call.path)),
-        target=lines[0].split(" ")[1],
+        target=shown_url(lines[0].split(" ")[1]),  # the base URL's query may hold a token
         headers=tuple(shown),
         body=call.body,
         stream=call.stream,

@@ -94,7 +94,7 @@ def render_text(e: Explanation) -> str:
         out.append(f"  > {u.method} {u.target}")
         out += [f"  > {name}: {value}" for name, value in u.headers]
         if u.body is not None:
-            out.append("  > ")
+            out.append("  >")
             out += [f"  > {line}" for line in u.body.decode("utf-8", "replace").split("\n")]
     if e.dropped:
         out.append(f"the answer carries X-Gateway-Dropped-Params: {e.dropped}")
