@@ -11,8 +11,10 @@ import pytest
 
 from gateway import jsonutil
 from gateway.config import Config, parse_config
+from gateway.dialects import registry
 from gateway.explain import ExplainError, Explanation, as_json, explain, render_text
 from gateway.redact import REDACTED
+from tests.plugin_dialect import DIALECT as PLAIN
 from tests.support import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,9 +205,11 @@ async def test_explain_shows_what_the_gateway_sends(
     if stream:
         body = {**body, "stream": True} if client != "tgi" else body
         path = path.replace("/generate", "/generate_stream")
+    # The request id and the Inference Extension's headers go on; the client's key does not.
+    client_headers = {"X-Request-Id": "rid-1", "X-Gateway-Inference-Objective": "batch", "Authorization": "Bearer c"}
     gw = await make_gateway(conf)
-    resp = await gw.post(path, json=body, headers={"X-Request-Id": "rid-1"})
-    e = await explained(conf, body, path, headers={"X-Request-Id": "rid-1"})
+    resp = await gw.post(path, json=body, headers=client_headers)
+    e = await explained(conf, body, path, headers=client_headers)
     assert e.error is None and len(e.upstream) == len(upstream.requests) == 1, await resp.read()
     sent, shown = upstream.last, e.upstream[0]
     assert shown.body == sent.body  # byte for byte
@@ -246,14 +250,14 @@ class Listener:
         self.connections = 0
         self.url = ""
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
 
 
 @pytest.fixture
 async def listener() -> AsyncIterator[Listener]:
     seen = Listener()
-    server = await asyncio.start_server(seen._accept, "127.0.0.1", 0)
+    server = await asyncio.start_server(seen.accept, "127.0.0.1", 0)
     seen.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server:
         yield seen
@@ -309,12 +313,12 @@ async def command(*args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_credentials_are_never_shown(monkeypatch: pytest.MonkeyPatch):
+async def test_credentials_are_never_shown():
     conf = config(
         "openai",
         "tgi",
         "http://user:url-password-1234@10.0.0.1:8080/base?token=query-secret-99",
-        headers={"X-Api-Key": "backend-key-5678", "Authorization": "Bearer " + SECRET},
+        headers={"X-Api-Key": "backend-key-5678"},
         proxy="http://puser:proxy-password-4321@10.0.0.2:3128",
     )
     client = {"Authorization": "Bearer client-key-8765", "X-Request-Id": "r-9"}
@@ -324,12 +328,12 @@ async def test_credentials_are_never_shown(monkeypatch: pytest.MonkeyPatch):
         "url-password-1234",
         "query-secret-99",
         "backend-key-5678",
-        SECRET,
         "proxy-password-4321",
         "client-key-8765",
     ):
         assert secret not in shown
     headers = dict(e.upstream[0].headers)
+    # The backend's own header, the URL's user:password (as Basic credentials), the proxy's.
     assert headers["X-Api-Key"] == headers["Authorization"] == headers["Proxy-Authorization"] == REDACTED
     assert headers["X-Request-Id"] == "r-9"
     assert e.upstream[0].proxy == "http://10.0.0.2:3128"
@@ -377,3 +381,13 @@ async def test_every_field_of_the_json_shape_is_documented():
     fields |= {f"stops.{k}" for k in shape["stops"]}
     missing = sorted(f for f in fields if f"`{f}`" not in doc)
     assert missing == []
+
+
+async def test_a_plug_in_dialect_is_explained_with_its_own_key_header_kept_back(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(registry.DIALECTS, "plain", PLAIN)
+    conf = config("plain", "openai", model="gpt-x")
+    e = await explained(conf, {"text": "hi", "max": 3}, headers={"X-Plain-Key": "k1"})
+    assert e.path == "/plain/generate"
+    assert jsonutil.loads(e.upstream[0].body or b"") == {"model": "gpt-x", "prompt": "hi", "max_tokens": 3}
+    assert "the client's X-Plain-Key is not forwarded: each side has its own credentials" in e.notes
+    assert "X-Plain-Key" not in dict(e.upstream[0].headers)

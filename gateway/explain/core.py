@@ -90,9 +90,10 @@ async def explain(
     try:
         req = ep.parse(body, values)
         if ep.prepare is not None:
-            notes.append("what the API keeps from earlier requests is read from an empty store")
-            kept = store if store is not None else MemoryStore(StoreLimits(16, 1 << 20))
-            req = await ep.prepare(req, Caller(request_id, "", kept))
+            if store is None:
+                notes.append("what the API keeps from earlier requests is read from an empty store")
+                store = MemoryStore(StoreLimits(16, 1 << 20))
+            req = await ep.prepare(req, Caller(request_id, "", store))
         chosen = group.route(ep.path_model(values) if ep.path_model else req.model)
         if chosen.name != route.name:
             notes.append(f"the request's model is served by route {chosen.name!r}: explained for it")
