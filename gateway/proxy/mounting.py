@@ -13,9 +13,10 @@ from aiohttp import web
 
 from gateway.codec.contract import Caller, Endpoint, Inbound, InfoHandler, key_headers
 from gateway.neutral.errors import GatewayError, NotFound
-from gateway.proxy.exchange import SERVICES, reply_response, request_id_of, serve
+from gateway.proxy.exchange import reply_response, request_id_of, serve
 from gateway.proxy.intake import check_auth, continue_later
 from gateway.proxy.routing import GroupPaths, RouteGroup
+from gateway.proxy.services import SERVICES
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
