@@ -20,18 +20,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from gateway.codec.contract import (
-    Caller,
-    Endpoint,
-    EventStream,
-    Inbound,
-    Keeps,
-    Pings,
-    RenderContext,
-    Reply,
-    StreamRenderer,
-    key_headers,
-)
+from gateway.codec.capabilities import Keeps, Pings, key_headers
+from gateway.codec.contract import Caller, Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.neutral.errors import GatewayError, Unavailable, UpstreamError, UpstreamTimeout
 from gateway.neutral.events import Event
 from gateway.neutral.types import Request

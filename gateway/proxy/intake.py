@@ -16,7 +16,7 @@ from aiohttp import HttpVersion11, web
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestPayloadError
 
-from gateway.codec.contract import BEARER, KeyHeader
+from gateway.codec.capabilities import BEARER, KeyHeader
 from gateway.config import Limits
 from gateway.neutral.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, Unauthorized
 from gateway.proxy.admission import Budget, Ticket

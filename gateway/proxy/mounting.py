@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.codec.contract import Caller, Endpoint, Inbound, InfoHandler, key_headers
+from gateway.codec.capabilities import key_headers
+from gateway.codec.contract import Caller, Endpoint, Inbound, InfoHandler
 from gateway.neutral.errors import GatewayError, NotFound
 from gateway.proxy.exchange import reply_response, request_id_of, serve
 from gateway.proxy.intake import check_auth, continue_later
