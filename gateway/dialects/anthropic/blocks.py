@@ -88,27 +88,28 @@ def _assistant(blocks: list[dict[str, Any]]) -> Message:
 
 
 def to_neutral(system: str | list[dict[str, Any]] | None, messages: list[dict[str, Any]]) -> list[Message]:
-    """A validated request's system prompt and turns as neutral messages. A user turn's tool
-    results come first, each a tool message (the turn's other blocks follow as a user message),
-    so that they follow the assistant's tool calls as the OpenAI form wants them."""
+    """A validated request's system prompt and turns as neutral messages. System turns among
+    the messages (Claude Code sends some) join the system prompt: chat templates take one system
+    message, first. A user turn's tool results come first, each a tool message (the turn's other
+    blocks follow as a user message), so that they follow the assistant's tool calls as the
+    OpenAI form wants them."""
+    heads = [system_text(system) or ""]
     out: list[Message] = []
-    head = system_text(system)
-    if head:
-        out.append(Message(role="system", content=head))
     for m in messages:
         role, content = m["role"], m["content"]
-        if isinstance(content, str):
+        if role == "system":
+            heads.append(content if isinstance(content, str) else texts(content))
+        elif isinstance(content, str):
             out.append(Message(role=role, content=content))
         elif role == "assistant":
             out.append(_assistant(content))
-        elif role == "system":
-            out.append(Message(role="system", content=texts(content)))
         else:
             out += [_tool_result(b) for b in content if b["type"] == "tool_result"]
             parts = _parts(content)
             if parts:
                 out.append(Message(role="user", content=_content(parts)))
-    return out
+    head = "\n".join(h for h in heads if h)
+    return [Message(role="system", content=head), *out] if head else out
 
 
 def tool_to_neutral(tool: dict[str, Any]) -> dict[str, Any]:

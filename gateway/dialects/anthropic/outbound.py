@@ -107,6 +107,10 @@ class AnthropicOutbound:
         model = backend.model or req.model
         if out.same_wire and req.raw is not None:
             body = dict(req.raw)
+            if body.get("tools") == []:
+                # An empty list asks for nothing (Claude Code sends one when its tools are off),
+                # but vLLM then takes tool_choice as auto, which it refuses without a tool parser.
+                del body["tools"]
             if model is not None:
                 body["model"] = model
             rename = jsonutil.dumps(req.model) if req.model and model and req.model != model else None
