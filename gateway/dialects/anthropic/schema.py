@@ -75,6 +75,16 @@ class MessageParam(_Open):
     role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_blocks(cls, data: Any) -> Any:
+        content = data.get("content") if isinstance(data, dict) else None
+        for block in content if isinstance(content, list) else ():
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind not in BLOCK_TYPES:
+                raise ValueError(f"content blocks of type {kind!r} cannot be carried (only {', '.join(BLOCK_TYPES)})")
+        return data
+
 
 class Metadata(_Open):
     user_id: str | None = None
