@@ -82,8 +82,8 @@ async def test_an_openai_backends_tool_call_is_a_tool_use_and_its_result_continu
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}},
         ]},
     ]  # fmt: skip
-    assert sent["tools"] == [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
-                                                               "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+    function = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {}}}
+    assert sent["tools"] == [{"type": "function", "function": function}]
     assert sent["tool_choice"] == "required" and sent["parallel_tool_calls"] is False
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}
     assert sent["user"] == "u-1" and sent["stop"] == ["###"] and sent["top_k"] == 5 and sent["max_tokens"] == 100
@@ -91,7 +91,8 @@ async def test_an_openai_backends_tool_call_is_a_tool_use_and_its_result_continu
         *ask["messages"],
         {"role": "assistant", "content": [use.model_dump()]},
         {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": use.id, "content": [{"type": "text", "text": "21 C"}], "is_error": False},
+            {"type": "tool_result", "tool_use_id": use.id, "content": [{"type": "text", "text": "21 C"}],
+             "is_error": False},
             {"type": "text", "text": "and now?"},
         ]},
     ]  # fmt: skip
@@ -99,8 +100,12 @@ async def test_an_openai_backends_tool_call_is_a_tool_use_and_its_result_continu
         after = await stream.get_final_message()
     assert [b.type for b in after.content] == ["text"] and after.stop_reason == "end_turn"
     sent = upstream.last.json["messages"]
-    assert sent[2] == {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "toolu_call_7", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]}  # fmt: skip
+    call = {
+        "id": "toolu_call_7",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+    }
+    assert sent[2] == {"role": "assistant", "content": None, "tool_calls": [call]}
     assert sent[3] == {"role": "tool", "content": "21 C", "tool_call_id": "toolu_call_7"}
     assert sent[4] == {"role": "user", "content": "and now?"}
 
@@ -180,7 +185,8 @@ async def test_errors_are_anthropics_before_and_after_a_stream_starts(upstream, 
     assert resp.status == 200
     body = await resp.read()
     assert body.endswith(
-        b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"backend error mid-stream: engine died"}}\n\n'
+        b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+        b'"message":"backend error mid-stream: engine died"}}\n\n'
     )
     assert b"message_stop" not in body
     resp = await gw.post(
