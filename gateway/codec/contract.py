@@ -281,6 +281,9 @@ class GroupView(Protocol):
 # A path of the dialect's own that is not an inference call: health, model lists, metadata, what
 # a stateful API keeps. It may raise GatewayError; the proxy turns that into the dialect's error.
 InfoHandler = Callable[[PathValues, GroupView, Caller], Awaitable[Reply]]
+# A path of the dialect's own that reads the request body but asks no backend (a token count from
+# the backend's tokenizer): an InfoHandler that is given the body too, read within the limits.
+BodyHandler = Callable[[bytes, PathValues, GroupView, Caller], Awaitable[Reply]]
 
 
 @record
@@ -291,6 +294,7 @@ class Mount:
     info: InfoHandler | None = None
     # Whether the path needs the gateway's API key when auth is on (health paths do not).
     auth: bool = True
+    reads: BodyHandler | None = None
 
 
 class Inbound(Protocol):
