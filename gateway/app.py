@@ -26,9 +26,9 @@ from gateway.metrics import CONTENT_TYPE, Metrics, multiprocess_dir, watch_loop_
 from gateway.neutral.errors import GatewayError
 from gateway.proxy import poolmember
 from gateway.proxy.engine import ProxyEngine
-from gateway.proxy.exchange import SERVICES, Services
 from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
+from gateway.proxy.services import SERVICES, Services
 from gateway.proxy.state import make_store
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
@@ -56,12 +56,16 @@ def create_app(config: Config, metrics: Metrics | None = None, store: StateStore
     REDACT.add(config.auth.keys() if config.auth else ())
     for conf in config.backends.values():
         REDACT.add(secret_header_values(conf.headers))
-    svc = Services.of(metrics, config.limits, config.auth.keys() if config.auth else None)
-    svc.trusted_proxies = config.listen.proxy_networks()
-    svc.objectives = dict(config.inference_objectives)
-    svc.store = store if store is not None else make_store(config.responses_store)
-    app[SERVICES] = svc
-    tracing = svc.tracing = _tracing(config)
+    tracing = _tracing(config)
+    app[SERVICES] = Services.of(
+        metrics,
+        config.limits,
+        config.auth.keys() if config.auth else None,
+        trusted_proxies=config.listen.proxy_networks(),
+        objectives=config.inference_objectives,
+        store=store if store is not None else make_store(config.responses_store),
+        tracing=tracing,
+    )
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
     for b in backends.values():
         REDACT.add(b.egress.secrets())  # its proxy's credentials, from its config or the environment
@@ -185,8 +189,8 @@ def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def
         runners = []
         for b in backends:
             # The simulator imitates the server the backend's options describe (Triton's flavour).
-            sim = create_sim_app(b.conf.dialect, options=b.conf.options)
-            sim[SERVICES].access_log = False  # the gateway's own line for the request is enough
+            # No access line of its own: the gateway's line for the request is enough.
+            sim = create_sim_app(b.conf.dialect, options=b.conf.options, access_log=False)
             runner = web.AppRunner(sim, handler_cancellation=True, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)

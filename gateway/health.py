@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import jsonutil
-from gateway.codec.contract import HealthDocument
+from gateway.codec.capabilities import HealthDocument
 from gateway.proxy.bodies import MAX_INFO_BODY
 from gateway.proxy.routing import Backend
 from gateway.upstream import Fault

@@ -25,7 +25,7 @@ from aiohttp.web_request import BaseRequest
 from gateway import protocol as protocol_members
 from gateway.config import Config, Limits, Shutdown
 from gateway.protocol import Guard, GuardedServer
-from gateway.proxy.exchange import SERVICES
+from gateway.proxy.services import SERVICES
 
 log = logging.getLogger("gateway")
 # After the grace period, how long the streams that were ended get to write their error and
@@ -103,7 +103,7 @@ def _announce(app: web.Application, closing: bool) -> None:
     sets that on a stream before the stream's headers go out)."""
     svc = app.get(SERVICES)
     if svc is not None:
-        svc.closing = closing
+        svc.drain.closing = closing
 
 
 class Switch:
@@ -198,7 +198,7 @@ class Switch:
     def end_streams(self) -> int:
         """End every stream still being written, in every app, the dialect's way (an in-band
         error and the terminator); how many there were."""
-        return sum(app[SERVICES].end_streams() for app in self.apps() if SERVICES in app)
+        return sum(app[SERVICES].drain.end_streams() for app in self.apps() if SERVICES in app)
 
     async def close(self) -> None:
         """Stop every app: after the listener has closed, nothing is in flight any more."""

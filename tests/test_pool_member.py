@@ -225,7 +225,7 @@ def test_model_name_is_what_clients_ask_for():
 def test_the_objectives_priority_orders_the_queue_with_the_gateways_own(headers, rank):
     request = make_mocked_request("POST", "/v1/chat/completions", headers=headers)
     req = Request(task=Task.CHAT, wire="openai", model=MODEL)
-    assert priority_of(request, req, {"premium": 5, "batch": -2}) == rank
+    assert priority_of(request.headers, req, {"premium": 5, "batch": -2}) == rank
 
 
 # ---- the pool's headers reach the backend --------------------------------------------------------

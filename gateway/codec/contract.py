@@ -11,7 +11,6 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from gateway.modelserver import PageKind
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event
 from gateway.neutral.params import Fate
@@ -103,7 +102,8 @@ class StreamParser(Protocol):
 
 class Outbound(Protocol[Opts]):
     """The half of a dialect that talks to its servers. `Opts` is the model of the `options:` a
-    backend of this dialect takes (NoOptions for none)."""
+    backend of this dialect takes (NoOptions for none). It may also have capabilities
+    (gateway.codec.capabilities), and `Imitates` below."""
 
     options_model: type[Opts]
     # The backend's credentials reach other models than the configured one (a Databricks
@@ -131,44 +131,6 @@ class Outbound(Protocol[Opts]):
     def health_path(self, backend: BackendView[Opts]) -> str: ...
 
 
-# ---- capabilities an outbound may have, discovered by type ---------------------------------
-
-
-@runtime_checkable
-class HealthDocument(Protocol):
-    """Its health call answers 200 either way and says "ready" in the body."""
-
-    def health_ok(self, body: bytes) -> bool: ...
-
-
-@runtime_checkable
-class ListsModels(Protocol):
-    """Its servers list their models OpenAI's way (`{"data": [{"id": ...}]}`) at a path of
-    their own, which an OpenAI client's model list may relay."""
-
-    def models_path(self, backend: BackendView[Any]) -> str: ...
-
-
-@record
-class KvSource:
-    """Where a backend's servers say how full their KV cache is: which family of metrics page
-    (gateway.modelserver's readers), and where the page is when the config does not say."""
-
-    page: "PageKind"
-    # Where the page is: (a URL, the path under it), each joined as requests' paths are.
-    urls: Sequence[tuple[str, str]]
-
-
-@runtime_checkable
-class KvCacheSource(Protocol):
-    """Its servers give a KV-cache figure on a Prometheus page (pool-member mode)."""
-
-    def kv_source(self, backend: BackendView[Any], urls: Sequence[str]) -> KvSource | None:
-        """The page family and its default address for these replica URLs; None when this
-        backend's servers give no such figure."""
-        ...
-
-
 class EventStream(Protocol):
     """Neutral events as an upstream produces them, batch by batch."""
 
@@ -183,8 +145,8 @@ class EventStream(Protocol):
 
 
 class StreamRenderer(Protocol):
-    """Neutral events in, bytes for the client out. A renderer may also have the capabilities
-    below (`Pings`, `Keeps`)."""
+    """Neutral events in, bytes for the client out. A renderer may also have capabilities
+    (gateway.codec.capabilities: `Pings`, `Keeps`)."""
 
     content_type: str
 
@@ -199,24 +161,6 @@ class StreamRenderer(Protocol):
     def end(self) -> bytes:
         """The stream's terminator (empty for dialects that end by closing)."""
         ...
-
-
-@runtime_checkable
-class Pings(Protocol):
-    """A stream whose clients give up on silence (Anthropic's): while the backend says nothing
-    for `ping_every_s`, the renderer's `ping` goes out (the stream's head too, if the first
-    events are that late; an error after that comes in-band)."""
-
-    ping_every_s: float
-
-    def ping(self) -> bytes: ...
-
-
-@runtime_checkable
-class Keeps(Protocol):
-    """A stream of an API that keeps state: once it ended whole, what it rendered is kept."""
-
-    async def keep(self, caller: "Caller") -> None: ...
 
 
 @record
@@ -337,6 +281,9 @@ class GroupView(Protocol):
 # A path of the dialect's own that is not an inference call: health, model lists, metadata, what
 # a stateful API keeps. It may raise GatewayError; the proxy turns that into the dialect's error.
 InfoHandler = Callable[[PathValues, GroupView, Caller], Awaitable[Reply]]
+# A path of the dialect's own that reads the request body but asks no backend (a token count from
+# the backend's tokenizer): an InfoHandler that is given the body too, read within the limits.
+BodyHandler = Callable[[bytes, PathValues, GroupView, Caller], Awaitable[Reply]]
 
 
 @record
@@ -347,38 +294,16 @@ class Mount:
     info: InfoHandler | None = None
     # Whether the path needs the gateway's API key when auth is on (health paths do not).
     auth: bool = True
+    reads: BodyHandler | None = None
 
 
 class Inbound(Protocol):
-    """The half of a dialect that its clients speak: the paths it mounts, its error bodies."""
+    """The half of a dialect that its clients speak: the paths it mounts, its error bodies. It
+    may also have capabilities (gateway.codec.capabilities: `OwnKeyHeaders`)."""
 
     mounts: Sequence[Mount]
 
     def error_reply(self, err: GatewayError) -> Reply: ...
-
-
-@record
-class KeyHeader:
-    """Where a client puts its API key: a header, and the scheme word before the key in it
-    ("Bearer"), or "" for a header that holds the key alone (`x-api-key`)."""
-
-    header: str
-    scheme: str = ""
-
-
-BEARER = KeyHeader("Authorization", "Bearer")
-
-
-@runtime_checkable
-class OwnKeyHeaders(Protocol):
-    """An inbound whose clients may send their key elsewhere than `Authorization: Bearer`."""
-
-    key_headers: Sequence[KeyHeader]
-
-
-def key_headers(inbound: Inbound) -> Sequence[KeyHeader]:
-    """Where clients of `inbound` may put their API key, in the order they are looked at."""
-    return inbound.key_headers if isinstance(inbound, OwnKeyHeaders) else (BEARER,)
 
 
 @runtime_checkable

@@ -6,13 +6,14 @@ servers speak no inbound; the config refuses a route or a backend of a dialect w
 """
 
 from gateway.codec.contract import Dialect
+from gateway.dialects.anthropic import DIALECT as ANTHROPIC
 from gateway.dialects.databricks import DIALECT as DATABRICKS
 from gateway.dialects.mindie import DIALECT as MINDIE
 from gateway.dialects.openai import DIALECT as OPENAI
 from gateway.dialects.tgi import DIALECT as TGI
 from gateway.dialects.triton import DIALECT as TRITON
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, MINDIE, TGI, TRITON, DATABRICKS)}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, MINDIE, TGI, TRITON, DATABRICKS, ANTHROPIC)}
 
 
 def available() -> list[str]:

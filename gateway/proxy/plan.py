@@ -117,7 +117,7 @@ def prompts(req: Request) -> list[Any] | None:
     return None
 
 
-@record
+@record(kw_only=True)
 class Plan:
     """How one client request reaches its backend."""
 
@@ -209,15 +209,15 @@ def make_plan(
     same_wire = bool(carriage.wire) and req.wire == carriage.wire
     if same_wire and codec.forwards_same_wire:
         return Plan(
-            request_id,
-            body_bytes,
-            backend,
-            (req,),
-            1,
-            True,
-            True,
-            carriage.variant,
-            carriage.finish_in_band,
+            request_id=request_id,
+            body_bytes=body_bytes,
+            backend=backend,
+            parts=(req,),
+            per_part=1,
+            same_wire=True,
+            passthrough=True,
+            variant=carriage.variant,
+            finish_in_band=carriage.finish_in_band,
             headers=headers,
             fates=carriage.fates,
         )
@@ -242,16 +242,16 @@ def make_plan(
         )
     parts = fan_out(req, batch, n if emulate_n else 1) if width > 1 else (req,)
     return Plan(
-        request_id,
-        body_bytes,
-        backend,
-        parts,
-        1 if emulate_n else n,
-        same_wire,
-        False,
-        carriage.variant,
-        carriage.finish_in_band,
-        dropped,
+        request_id=request_id,
+        body_bytes=body_bytes,
+        backend=backend,
+        parts=parts,
+        per_part=1 if emulate_n else n,
+        same_wire=same_wire,
+        passthrough=False,
+        variant=carriage.variant,
+        finish_in_band=carriage.finish_in_band,
+        dropped=dropped,
         stops=stops,
         include_stop=bool(params.include_stop_str_in_output),
         fill_token_ids=req.wants_token_ids and bool(backend.tokenizer) and not same_wire,

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
 
-from gateway.codec.contract import KvCacheSource, KvSource
+from gateway.codec.capabilities import KvCacheSource, KvSource
 from gateway.config import Config
 from gateway.modelserver import CacheCollector, KvCache, PageKind, read_page
 from gateway.proxy.routing import Backend

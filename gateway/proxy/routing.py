@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import config as cfg
-from gateway.codec.contract import BackendView, Dialect, ListsModels, Outbound, Reply, RouteView
+from gateway.codec.capabilities import ListsModels
+from gateway.codec.contract import BackendView, Dialect, Outbound, Reply, RouteView
 from gateway.modelserver import BackendLoad
 from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate

@@ -16,9 +16,9 @@ from gateway.config import Backend as BackendConf
 from gateway.config import Limits
 from gateway.dialects import registry
 from gateway.metrics import Metrics
-from gateway.proxy.exchange import SERVICES, Services
 from gateway.proxy.mounting import mount
 from gateway.proxy.routing import Route, RouteGroup, build_backend
+from gateway.proxy.services import SERVICES, Services
 from gateway.simulator.engine import SimEngine
 
 _MAX_BODY = 64 * 1024 * 1024
@@ -45,7 +45,11 @@ def server_options(dialect: str, options: dict[str, Any] | None) -> BaseModel:
 
 
 def create_sim_app(
-    dialect: str, model: str | None = None, token_delay_s: float = 0.0, options: dict[str, Any] | None = None
+    dialect: str,
+    model: str | None = None,
+    token_delay_s: float = 0.0,
+    options: dict[str, Any] | None = None,
+    access_log: bool = True,
 ) -> web.Application:
     d = registry.get(dialect)
     server = server_options(dialect, options)
@@ -58,7 +62,7 @@ def create_sim_app(
         max_unfinished_bodies_per_client=1 << 30,
     )
     # The simulator records no metrics: with worker processes they would land in the gateway's.
-    app[SERVICES] = Services.of(Metrics(enabled=False), limits)
+    app[SERVICES] = Services.of(Metrics(enabled=False), limits, access_log=access_log)
     conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model", options=options or {})
     backend = build_backend("simulator", conf, d)
     route = Route("simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s))

@@ -5,16 +5,8 @@ a `.` line while the backend is silent), which keeps each caller's last answer f
 from collections.abc import Sequence
 
 from gateway import jsonutil
-from gateway.codec.contract import (
-    Caller,
-    Endpoint,
-    GroupView,
-    KeyHeader,
-    Mount,
-    PathValues,
-    RenderContext,
-    Reply,
-)
+from gateway.codec.capabilities import KeyHeader
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, RenderContext, Reply
 from gateway.codec.validation import load_object
 from gateway.neutral import params
 from gateway.neutral.errors import GatewayError, InvalidRequest, NotFound

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import jsonutil
 from gateway.adapters import count_tokens
-from gateway.codec.contract import BackendView, Carriage, KvSource, Outgoing, StreamParser, UpstreamCall
+from gateway.codec.capabilities import KvSource
+from gateway.codec.contract import BackendView, Carriage, Outgoing, StreamParser, UpstreamCall
 from gateway.codec.finish import FinishWords
 from gateway.dialects.mindie import params as names
 from gateway.dialects.mindie.reading import FullTextParser

@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from gateway import jsonutil
-from gateway.codec.contract import BackendView, Carriage, KvSource, Outgoing, UpstreamCall
+from gateway.codec.capabilities import KvSource
+from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import reading

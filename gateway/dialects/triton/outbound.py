@@ -16,7 +16,8 @@ from yarl import URL
 from gateway import jsonutil
 from gateway.adapters import Tokenizer, optional_tokenizer
 from gateway.adapters.prompt import prompt_text
-from gateway.codec.contract import BackendView, Carriage, Inbound, KvSource, Outgoing, UpstreamCall
+from gateway.codec.capabilities import KvSource
+from gateway.codec.contract import BackendView, Carriage, Inbound, Outgoing, UpstreamCall
 from gateway.dialects.triton.flavors import FLAVORS, Flavor
 from gateway.dialects.triton.reading import CallState, TritonStreamParser, error_body_text, parse_body
 from gateway.dialects.triton.schema import Options
