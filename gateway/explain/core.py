@@ -16,7 +16,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway import jsonutil
 from gateway.adapters.prompt import prompt_text
-from gateway.codec.contract import Caller, Endpoint, Inbound, StateStore, UpstreamCall, key_headers
+from gateway.codec.capabilities import key_headers
+from gateway.codec.contract import Caller, Endpoint, Inbound, StateStore, UpstreamCall
 from gateway.config import Config
 from gateway.config import Route as RouteConf
 from gateway.dialects import registry
