@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from gateway import __version__, jsonutil
 from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
 from gateway.codec.validation import load_object, validate
+from gateway.codec.wirenames import WireNames
 from gateway.dialects.tgi import render
 from gateway.dialects.tgi.params import PARAMETERS_IN
 from gateway.dialects.tgi.schema import GenerateRequest
@@ -58,8 +59,9 @@ FLAVOUR = render.Flavour(
 )
 
 
-def neutral_params(p: BaseModel | None) -> neutral.Params:
-    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out)."""
+def neutral_params(p: BaseModel | None, wire: WireNames = PARAMETERS_IN) -> neutral.Params:
+    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out),
+    read by `wire`, the names of the model it was validated with."""
     if p is None:
         return neutral.NONE
     # The validated fields, read as a dict: only what this dialect's model declares counts.
@@ -68,7 +70,7 @@ def neutral_params(p: BaseModel | None) -> neutral.Params:
         raise Unsupported("parameters.top_n_tokens is not supported by the gateway", param="parameters.top_n_tokens")
     if values.get("grammar") is not None:
         raise Unsupported("parameters.grammar is not supported by the gateway", param="parameters.grammar")
-    return neutral.make(PARAMETERS_IN.read(values))
+    return neutral.make(wire.read(values))
 
 
 def _warps(p: neutral.Params) -> bool:
