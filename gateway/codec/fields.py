@@ -3,7 +3,7 @@
 A schema marks each field that holds a neutral parameter with `Carries` in the field's `Annotated`
 metadata, next to its type and range:
 
-    min_p: Annotated[float | None, Field(ge=0, le=1), Carries(VLLM)] = None
+    typical_p: Annotated[float | None, Field(gt=0, le=1), Carries(VLLM)] = None
 
 From the marks come the dialect's `WireNames`: `reading(model)` takes what clients send, by field
 name; `writing(model, surface)` gives what one of the dialect's servers takes, by that server's

@@ -15,7 +15,7 @@ from gateway.neutral.params import NAMES, Fate, Params
 
 
 class WireNames:
-    __slots__ = ("_in", "_out", "_ranges")
+    __slots__ = ("_in", "_out", "_plain", "_ranged")
 
     def __init__(
         self, pairs: Iterable[tuple[str, str]], ranges: Mapping[str, tuple[float, float]] | None = None
@@ -31,12 +31,11 @@ class WireNames:
                 raise ValueError(f"{name!r} is not a neutral parameter")
             self._in[wire] = (name, rank)
             self._out.setdefault(name, wire)
-        self._ranges = tuple((wire, lo, hi) for wire, (lo, hi) in (ranges or {}).items())
-
-    @classmethod
-    def of(cls, *same: str, **renamed: str) -> "WireNames":
-        """`same`: spelled on the wire as in the neutral form; `renamed`: wire_name=neutral_name."""
-        return cls([(n, n) for n in same] + list(renamed.items()))
+        # Written in two passes, each without a test the other needs: the values written as they
+        # are, then those held to a range.
+        ranges = ranges or {}
+        self._plain = tuple((name, wire) for name, wire in self._out.items() if wire not in ranges)
+        self._ranged = tuple((name, wire, *ranges[wire]) for name, wire in self._out.items() if wire in ranges)
 
     @property
     def carried(self) -> frozenset[str]:
@@ -67,14 +66,14 @@ class WireNames:
     def write(self, params: Params) -> dict[str, Any]:
         """Wire fields for the parameters set, in this surface's order, but values out of range."""
         out: dict[str, Any] = {}
-        for name, wire in self._out.items():
+        for name, wire in self._plain:
             value = getattr(params, name)
             if value is not None:
                 out[wire] = list(value) if isinstance(value, tuple) else value
-        for wire, lo, hi in self._ranges:
-            value = out.get(wire)
-            if value is not None and not lo <= value <= hi:
-                del out[wire]
+        for name, wire, lo, hi in self._ranged:
+            value = getattr(params, name)
+            if value is not None and lo <= value <= hi:
+                out[wire] = value
         return out
 
 

@@ -43,8 +43,6 @@ FATES: dict[str, dict[str, Fate]] = {
     ),
 }
 MINDIE_ID = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
-# Any of these sent means MindIE is to sample.
-_MINDIE_WARPERS = frozenset({"temperature", "top_p", "top_k"})
 _SEED_MAX = 2**63 - 1
 # A Triton model is named by its folder in the model repository; MindIE's variant checks the name
 # against [\w\-.]+. A client-chosen name becomes a path segment, so it is held to that rule (and
@@ -111,12 +109,12 @@ def mindie_body(p: Params, request_id: str, prompt: str, stream: bool, count_tok
     """MindIE's `parameters` (schema.MindIEParameters: sampling values outside its ranges are left
     out). Greedy, which MindIE hears only as do_sample false, is also a temperature of 0 or a
     top_p of 0 or less; any sampling value sent, or do_sample true, asks for sampling."""
-    params: dict[str, Any] = {"details": True}
-    params.update(names.MINDIE.write(_seed(p)))
-    if p.greedy or (p.top_p is not None and p.top_p <= 0):
+    params = names.MINDIE.write(_seed(p))
+    params["details"] = True
+    if p.do_sample is False or p.temperature == 0 or (p.top_p is not None and p.top_p <= 0):
         params["do_sample"] = False
-    elif p.do_sample is True or not params.keys().isdisjoint(_MINDIE_WARPERS):
-        params["do_sample"] = True
+    elif p.do_sample is True or "temperature" in params or "top_p" in params or "top_k" in params:
+        params["do_sample"] = True  # asked for, or a sampling value sent
     body: dict[str, Any] = {}
     if MINDIE_ID.match(request_id):
         body["id"] = request_id

@@ -115,7 +115,7 @@ class MindIEParameters(OpenModel):
     refuses a temperature of 0 (greedy is said with do_sample), a top_p of 1 and a top_k of 0."""
 
     max_new_tokens: Annotated[int | None, Carries(MINDIE, param="max_tokens")] = None
-    do_sample: Annotated[bool | None, Carries(MINDIE)] = None
+    do_sample: Annotated[bool | None, Carries()] = None  # set by outbound.mindie_body
     temperature: Annotated[float | None, Field(gt=0), Carries(MINDIE, in_range=True)] = None
     top_k: Annotated[int | None, Field(gt=0, le=I32), Carries(MINDIE, in_range=True)] = None
     top_p: Annotated[float | None, Field(gt=0, lt=1), Carries(MINDIE, in_range=True)] = None
