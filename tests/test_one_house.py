@@ -129,12 +129,12 @@ def test_requests_params_and_events_do_not_change_once_built():
 
 
 def test_wire_names_are_neutral_parameters_both_ways():
-    names = WireNames.of("temperature", max_new_tokens="max_tokens", stop_words="stop")
+    names = WireNames([("temperature", "temperature"), ("max_new_tokens", "max_tokens"), ("stop_words", "stop")])
     assert names.read({"max_new_tokens": 5, "stop_words": ["a"], "other": 1}) == {"max_tokens": 5, "stop": ("a",)}
     assert names.write(Params(max_tokens=5, stop=("a",), top_k=3)) == {"max_new_tokens": 5, "stop_words": ["a"]}
     assert names.carried == {"temperature", "max_tokens", "stop"}
     with pytest.raises(ValueError, match="not a neutral parameter"):
-        WireNames.of("max_new_tokens")
+        WireNames([("max_new_tokens", "max_new_tokens")])
 
 
 def _every_dialect_wire_names() -> list[Any]:

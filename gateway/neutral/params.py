@@ -10,10 +10,10 @@ with its role and what it means. The roles:
             tool calls, logprobs, the form of the input or output). A backend without it gets
             nothing: the client gets a 400 that says what cannot be carried.
 
-Each backend dialect says which parameters it carries and under which wire names
-(gateway.codec.wirenames); anything else takes the default fate of its role, unless the dialect
-says the gateway emulates it. Adding a parameter is one field here plus one wire name in each
-dialect that has it.
+Each dialect's schema marks the fields that are neutral parameters, with the servers that carry
+them (gateway.codec.fields); anything a backend does not carry takes the default fate of its
+role, unless the dialect says the gateway emulates it. Adding a parameter is one field here plus
+one marked field in the schema of each dialect that has it.
 
 Values are the neutral forms: lists become tuples (stop strings, token ids), everything else is
 as the client sent it after its dialect validated it. None means "the client did not say".

@@ -29,7 +29,7 @@ from gateway.neutral.types import Request, Task
 
 def read_params(data: dict[str, Any]) -> neutral.Params:
     """The neutral parameters of a validated body (a token count's too, which has fewer)."""
-    values = names.MESSAGES.read(data)
+    values = names.MESSAGES_IN.read(data)
     tools = data.get("tools")
     if tools:
         values["tools"] = tuple(tool_to_neutral(t) for t in tools)

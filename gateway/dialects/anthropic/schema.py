@@ -8,55 +8,57 @@ the rest (docs/dialects/anthropic.md says what that is).
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from gateway.codec.fields import Carries
+from gateway.codec.validation import OpenModel
+
+# The one server surface: the Messages API (Anthropic's own, vLLM's /v1/messages).
+MESSAGES = "messages"
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class TextBlock(_Open):
+class TextBlock(OpenModel):
     type: Literal["text"]
     text: str
 
 
-class Base64Source(_Open):
+class Base64Source(OpenModel):
     type: Literal["base64"]
     media_type: str = Field(min_length=1)
     data: str
 
 
-class UrlSource(_Open):
+class UrlSource(OpenModel):
     type: Literal["url"]
     url: str = Field(min_length=1)
 
 
-class ImageBlock(_Open):
+class ImageBlock(OpenModel):
     type: Literal["image"]
     source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
 
 
-class ToolUseBlock(_Open):
+class ToolUseBlock(OpenModel):
     type: Literal["tool_use"]
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     input: dict[str, Any]
 
 
-class ToolResultBlock(_Open):
+class ToolResultBlock(OpenModel):
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
     content: str | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]] | None = None
     is_error: bool | None = None
 
 
-class ThinkingBlock(_Open):
+class ThinkingBlock(OpenModel):
     type: Literal["thinking"]
     thinking: str
     signature: str | None = None
 
 
-class RedactedThinkingBlock(_Open):
+class RedactedThinkingBlock(OpenModel):
     type: Literal["redacted_thinking"]
     data: str
 
@@ -70,7 +72,7 @@ Block = Annotated[
 BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking")
 
 
-class MessageParam(_Open):
+class MessageParam(OpenModel):
     # "system" mid-conversation: Claude Code sends such turns (a beta of the API).
     role: Literal["user", "assistant", "system"]
     content: str | list[Block]
@@ -86,11 +88,11 @@ class MessageParam(_Open):
         return data
 
 
-class Metadata(_Open):
+class Metadata(OpenModel):
     user_id: str | None = None
 
 
-class Tool(_Open):
+class Tool(OpenModel):
     name: str = Field(min_length=1, max_length=128)
     description: str | None = None
     input_schema: dict[str, Any]
@@ -105,7 +107,7 @@ class Tool(_Open):
         return data
 
 
-class ToolChoice(_Open):
+class ToolChoice(OpenModel):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
@@ -117,7 +119,7 @@ class ToolChoice(_Open):
         return self
 
 
-class Thinking(_Open):
+class Thinking(OpenModel):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = Field(None, ge=1)
 
@@ -128,7 +130,7 @@ class Thinking(_Open):
         return self
 
 
-class _Conversation(_Open):
+class _Conversation(OpenModel):
     """What a Messages request and a token count share."""
 
     model: str = Field(min_length=1)
@@ -147,13 +149,13 @@ class _Conversation(_Open):
 
 
 class MessagesRequest(_Conversation):
-    max_tokens: int = Field(ge=1)
+    max_tokens: Annotated[int, Field(ge=1), Carries(MESSAGES)]
     metadata: Metadata | None = None
-    stop_sequences: list[str] | None = None
+    stop_sequences: Annotated[list[str] | None, Carries(MESSAGES, param="stop")] = None
     stream: bool | None = None
-    temperature: float | None = Field(None, ge=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    top_p: float | None = Field(None, ge=0, le=1)
+    temperature: Annotated[float | None, Field(ge=0, le=1), Carries(MESSAGES)] = None
+    top_k: Annotated[int | None, Field(ge=0), Carries(MESSAGES)] = None
+    top_p: Annotated[float | None, Field(ge=0, le=1), Carries(MESSAGES)] = None
 
 
 class CountTokensRequest(_Conversation):

@@ -16,7 +16,7 @@ from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.mindie import render
 from gateway.dialects.mindie.outbound import WIRE
-from gateway.dialects.mindie.params import VLLM_GENERATE_IN
+from gateway.dialects.mindie.params import NATIVE_IN, VLLM_GENERATE_IN
 from gateway.dialects.mindie.schema import (
     InferRequest,
     MindIEChatRequest,
@@ -60,7 +60,7 @@ ERRORS: ErrorTable = {
 def parse_infer(body: bytes, path: PathValues | None = None) -> Request:
     data = load_object(body)
     m = validate(InferRequest, data)
-    params = tgi.neutral_params(m.parameters)
+    params = tgi.neutral_params(m.parameters, NATIVE_IN)
     if params.max_tokens is None:
         params = params.replace(max_tokens=DEFAULT_MAX_NEW_TOKENS)
     return Request(

@@ -119,7 +119,7 @@ def _plain_media(message: dict[str, Any]) -> dict[str, Any]:
 
 def native_body(req: Request, opts: Options) -> dict[str, Any]:
     p = req.params
-    params = sampling(p, p.max_tokens or opts.default_max_tokens, names.NATIVE_OUT, typical_p_one=True)
+    params = sampling(p, p.max_tokens or opts.default_max_tokens, names.NATIVE_OUT)
     params["details"] = True  # finish reason and token counts come only with details
     body: dict[str, Any] = {}
     if req.prompt_ids is not None:

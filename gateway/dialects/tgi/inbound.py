@@ -12,6 +12,7 @@ from gateway import __version__, jsonutil
 from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply
 from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
+from gateway.codec.wirenames import WireNames
 from gateway.dialects.tgi import render
 from gateway.dialects.tgi.outbound import WIRE
 from gateway.dialects.tgi.params import PARAMETERS_IN
@@ -61,8 +62,9 @@ FLAVOUR = render.Flavour(
 )
 
 
-def neutral_params(p: BaseModel | None) -> neutral.Params:
-    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out)."""
+def neutral_params(p: BaseModel | None, wire: WireNames = PARAMETERS_IN) -> neutral.Params:
+    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out),
+    read by `wire`, the names of the model it was validated with."""
     if p is None:
         return neutral.NONE
     # The validated fields, read as a dict: only what this dialect's model declares counts.
@@ -71,7 +73,7 @@ def neutral_params(p: BaseModel | None) -> neutral.Params:
         raise Unsupported("parameters.top_n_tokens is not supported by the gateway", param="parameters.top_n_tokens")
     if values.get("grammar") is not None:
         raise Unsupported("parameters.grammar is not supported by the gateway", param="parameters.grammar")
-    return neutral.make(PARAMETERS_IN.read(values))
+    return neutral.make(wire.read(values))
 
 
 def _warps(p: neutral.Params) -> bool:

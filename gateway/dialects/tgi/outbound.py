@@ -35,27 +35,18 @@ FATES = PARAMETERS_OUT.fates(
 )
 
 
-def sampling(
-    p: Params, max_tokens: int | None, wire: WireNames = PARAMETERS_OUT, typical_p_one: bool = False
-) -> dict[str, Any]:
-    """Neutral params to TGI/MindIE `parameters`, within the ranges those servers accept:
-    greedy is do_sample false with no temperature, top_p/typical_p of 1 or more are left out
-    (the exclusive bound is rejected; MindIE's native routes take a typical_p of 1), and 0 or
-    less are left out as well."""
+def sampling(p: Params, max_tokens: int | None, wire: WireNames = PARAMETERS_OUT) -> dict[str, Any]:
+    """Neutral params to TGI/MindIE `parameters`, within the ranges the server's schema gives
+    (what is outside is left out: TGI refuses a top_p of 1, the OpenAI default, and a top_k of 0 or
+    -1, vLLM's "off"). Greedy is do_sample false with no temperature (TGI refuses 0) and no top_p
+    or typical_p below 1, either of which would turn sampling on."""
     out = wire.write(p.replace(max_tokens=max_tokens))
     if p.greedy:
         out["do_sample"] = False
-    else:
-        if p.temperature is not None:
-            out["temperature"] = p.temperature
-        if p.do_sample is True:
-            out["do_sample"] = True
+        out.pop("temperature", None)
         for name in ("top_p", "typical_p"):
-            v = getattr(p, name)
-            if v is not None and 0 < v < 1:
-                out[name] = v
-    if typical_p_one and p.typical_p == 1:
-        out["typical_p"] = 1.0
+            if out.get(name, 1) < 1:
+                del out[name]
     return out
 
 

@@ -70,30 +70,15 @@ def vllm_body(p: Params, request_id: str, prompt: str, stream: bool, count_token
 
 
 def mindie_body(p: Params, request_id: str, prompt: str, stream: bool, count_tokens: bool) -> dict[str, Any]:
-    """MindIE's own range rules: temperature > 0 (0 is said as greedy), top_p in (0, 1), top_k > 0."""
-    params: dict[str, Any] = {"details": True}
-    params.update(names.MINDIE.write(_seed(p)))
-    sampling = False
-    greedy = p.do_sample is False
-    if p.temperature is not None:
-        if p.temperature == 0:
-            greedy = True
-        else:
-            params["temperature"] = p.temperature
-            sampling = True
-    if p.top_p is not None:
-        if p.top_p <= 0:
-            greedy = True
-        elif p.top_p < 1:
-            params["top_p"] = p.top_p  # 1.0 (no nucleus cut) is outside MindIE's range: leave it out
-            sampling = True
-    if p.top_k is not None and p.top_k > 0:
-        params["top_k"] = p.top_k
-        sampling = True
-    if greedy:
+    """MindIE's `parameters` (schema.MindIEParameters: sampling values outside its ranges are left
+    out). Greedy, which MindIE hears only as do_sample false, is also a temperature of 0 or a
+    top_p of 0 or less; any sampling value sent, or do_sample true, asks for sampling."""
+    params = names.MINDIE.write(_seed(p))
+    params["details"] = True
+    if p.do_sample is False or p.temperature == 0 or (p.top_p is not None and p.top_p <= 0):
         params["do_sample"] = False
-    elif p.do_sample is True or sampling:
-        params["do_sample"] = True
+    elif p.do_sample is True or "temperature" in params or "top_p" in params or "top_k" in params:
+        params["do_sample"] = True  # asked for, or a sampling value sent
     body: dict[str, Any] = {}
     if MINDIE_ID.match(request_id):
         body["id"] = request_id
