@@ -339,6 +339,21 @@ InfoHandler = Callable[[PathValues, GroupView, Caller], Awaitable[Reply]]
 
 
 @record
+class Asked:
+    """What a client sent to a path of the dialect's own that reads more than its path."""
+
+    path: PathValues
+    query: Mapping[str, str]
+    # The body (read within the gateway's limits), empty for a GET or a DELETE.
+    body: bytes = b""
+
+
+# Such a path that reads the query or a body (a stateful API's lookups, a token count); its errors
+# as an InfoHandler's.
+ReadingHandler = Callable[[Asked, GroupView, Caller], Awaitable[Reply]]
+
+
+@record
 class Mount:
     method: str
     path: str  # under the route's prefix
@@ -346,6 +361,7 @@ class Mount:
     info: InfoHandler | None = None
     # Whether the path needs the gateway's API key when auth is on (health paths do not).
     auth: bool = True
+    reads: ReadingHandler | None = None
 
 
 class Inbound(Protocol):

@@ -9,10 +9,11 @@ from gateway.codec.contract import Dialect
 from gateway.dialects.databricks import DIALECT as DATABRICKS
 from gateway.dialects.mindie import DIALECT as MINDIE
 from gateway.dialects.openai import DIALECT as OPENAI
+from gateway.dialects.responses import DIALECT as RESPONSES
 from gateway.dialects.tgi import DIALECT as TGI
 from gateway.dialects.triton import DIALECT as TRITON
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, MINDIE, TGI, TRITON, DATABRICKS)}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, MINDIE, TGI, TRITON, DATABRICKS, RESPONSES)}
 
 
 def available() -> list[str]:

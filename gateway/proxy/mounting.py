@@ -11,10 +11,11 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.codec.contract import Caller, Endpoint, Inbound, InfoHandler, key_headers
+from gateway.codec.contract import Asked, Caller, Endpoint, Inbound, InfoHandler, ReadingHandler, key_headers
 from gateway.neutral.errors import GatewayError, NotFound
+from gateway.proxy.admission import Ticket
 from gateway.proxy.exchange import SERVICES, reply_response, request_id_of, serve
-from gateway.proxy.intake import check_auth, continue_later
+from gateway.proxy.intake import check_auth, continue_later, read_body
 from gateway.proxy.routing import GroupPaths, RouteGroup
 
 log = logging.getLogger("gateway")
@@ -44,10 +45,37 @@ def _info(info: InfoHandler, group: RouteGroup, inbound: Inbound, auth: bool) ->
     return handle
 
 
+def _reading(reads: ReadingHandler, group: RouteGroup, inbound: Inbound, auth: bool) -> Handler:
+    paths = GroupPaths(group)
+    where = key_headers(inbound)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        svc = request.app[SERVICES]
+        ticket = Ticket()
+        try:
+            owner = check_auth(request, svc.api_keys, where) if auth else None
+            body = b""
+            if request.method not in ("GET", "HEAD", "DELETE"):
+                # A body is read within the limits an inference request's is.
+                svc.budget.take_slots(ticket, 1)
+                body = await read_body(request, svc.limits, svc.budget, ticket)
+            asked = Asked(request.match_info, request.query, body)
+            reply = await reads(asked, paths, Caller(request_id_of(request), owner or "", svc.store))
+        except GatewayError as e:
+            reply = inbound.error_reply(e)
+        finally:
+            svc.budget.release(ticket)
+        return reply_response(reply)
+
+    return handle
+
+
 def mount(router: web.UrlDispatcher, prefix: str, group: RouteGroup, inbound: Inbound) -> None:
     for m in inbound.mounts:
         if m.endpoint is not None:
             handler = _inference(m.endpoint, group, inbound)
+        elif m.reads is not None:
+            handler = _reading(m.reads, group, inbound, m.auth)
         else:
             assert m.info is not None
             handler = _info(m.info, group, inbound, m.auth)
@@ -55,7 +83,7 @@ def mount(router: web.UrlDispatcher, prefix: str, group: RouteGroup, inbound: In
         for path in (prefix + m.path, prefix) if m.path == "/" and prefix else (prefix + m.path,):
             if m.method == "GET":
                 router.add_get(path, handler)  # HEAD as well, as aiohttp gives every GET
-            elif m.endpoint is not None:
+            elif m.endpoint is not None or m.reads is not None:
                 router.add_route(m.method, path, handler, expect_handler=continue_later)
             else:
                 router.add_route(m.method, path, handler)

@@ -60,5 +60,7 @@ class MemoryStore:
 def make_store(conf: cfg.ResponsesStore) -> StateStore:
     """The store the config asks for."""
     if conf.redis_url is not None:
-        raise NotImplementedError("redis")
+        from gateway.proxy.redisstate import RedisStore  # the redis client is loaded only for it
+
+        return RedisStore(conf.redis_url, conf.ttl_s)
     return MemoryStore(StoreLimits(conf.max_entries, conf.max_bytes))

@@ -22,7 +22,7 @@ VLLM_EXTRAS = (
     "ignore_eos",
     "min_tokens",
 )
-_CHAT = ("tools", "tool_choice", "response_format", "parallel_tool_calls")
+_CHAT = ("tools", "tool_choice", "response_format", "parallel_tool_calls", "reasoning_effort")
 
 # What clients send. `max_completion_tokens` comes first: it wins over `max_tokens`.
 CHAT_IN = WireNames([("max_completion_tokens", "max_tokens")]).plus(

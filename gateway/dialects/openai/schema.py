@@ -138,6 +138,7 @@ class ChatCompletionRequest(_Sampling):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    reasoning_effort: str | None = None
     # vLLM-style extension
     chat_template_kwargs: dict[str, Any] | None = None
 
@@ -235,6 +236,7 @@ _PLAIN_FIELDS: dict[str, Callable[[object], bool]] = {
     "top_logprobs": _int_from(0, 20),
     "max_completion_tokens": _int_from(1),
     "parallel_tool_calls": _of(bool),
+    "reasoning_effort": _of(str),
     "chat_template_kwargs": _of(dict),
 }
 # Declared fields with no check above (tools, response_format, ... and any added later) are left
