@@ -165,3 +165,29 @@ async def start_workers(
         await proc.wait()
         raise
     return proc, banner
+
+
+def responses_events(body: bytes) -> list[dict[str, Any]]:
+    """The events of a Responses API stream, each event's data parsed, after checking that its
+    `event:` line names its `type` as OpenAI's streams do."""
+    out: list[dict[str, Any]] = []
+    for block in body.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        assert lines[0].startswith("event: ") and lines[1].startswith("data: "), block
+        data = jsonutil.loads(lines[1][6:])
+        assert lines[0][7:] == data["type"], block
+        out.append(data)
+    return out
+
+
+def sdk_event(obj: dict[str, Any]) -> Any:
+    """One Responses stream event read by the `openai` SDK's own types (raises where they
+    would not read it)."""
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    event = TypeAdapter(ResponseStreamEvent).validate_python(obj)
+    assert event.type == obj["type"]
+    return event

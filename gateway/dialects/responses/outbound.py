@@ -7,16 +7,28 @@ Responses API has its body forwarded as it is, and the gateway keeps its convers
 docs/dialects/responses.md.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway import jsonutil
 from gateway.adapters.prompt import prompt_text
-from gateway.codec.contract import BackendView, Carriage, NoOptions, Outgoing, UpstreamCall
+from gateway.codec.contract import (
+    BackendView,
+    Caller,
+    Carriage,
+    GroupView,
+    Inbound,
+    Mount,
+    NoOptions,
+    Outgoing,
+    PathValues,
+    Reply,
+    UpstreamCall,
+)
 from gateway.dialects.responses import params as names
 from gateway.dialects.responses import reading
-from gateway.dialects.responses.inbound import WIRE
-from gateway.neutral.errors import Unsupported
+from gateway.dialects.responses.inbound import MOUNTS, WIRE
+from gateway.neutral.errors import GatewayError, Unsupported
 from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Answer, Message, Request, Task
 
@@ -156,6 +168,28 @@ class ResponsesOutbound:
 
     def health_path(self, backend: BackendView[NoOptions]) -> str:
         return "/v1/models"
+
+    def imitation(self, options: Any) -> Inbound:
+        return SERVER
+
+
+async def _models(path: PathValues, group: GroupView, caller: Caller) -> Reply:
+    data = [{"id": name, "object": "model", "owned_by": "gateway"} for name in group.model_ids()]
+    return Reply(body=jsonutil.dumps({"object": "list", "data": data}))
+
+
+class ResponsesServer:
+    """What a simulated server of this dialect serves: the Responses API and a model list."""
+
+    mounts: Sequence[Mount] = (*MOUNTS, Mount("GET", "/v1/models", info=_models))
+
+    def error_reply(self, err: GatewayError) -> Reply:
+        kind = "invalid_request_error" if err.status < 500 else "server_error"
+        error = {"message": err.message, "type": kind, "param": err.param, "code": err.code}
+        return Reply(err.status, jsonutil.dumps({"error": error}))
+
+
+SERVER = ResponsesServer()
 
 
 def forwarded(req: Request, model: str | None) -> UpstreamCall:

@@ -12,13 +12,16 @@ from gateway.adapters import tokenizer_for
 from gateway.adapters.prompt import prompt_text
 from gateway.codec.contract import Asked, Caller, GroupView, RenderContext, Reply
 from gateway.codec.validation import load_object, validate
-from gateway.dialects.responses import inbound, render, stored
+from gateway.dialects.responses import render, stored
+from gateway.dialects.responses.items import conversation
 from gateway.dialects.responses.params import split_tools
 from gateway.dialects.responses.schema import InputTokensRequest
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import InvalidRequest, NotFound
 from gateway.neutral.types import Answer, Request, Result, Task
 
+# The wire API of a create body (Request.wire).
+WIRE = "openai.responses"
 _MAX_ITEMS = 100
 
 
@@ -155,9 +158,9 @@ async def input_tokens(asked: Asked, group: GroupView, caller: Caller) -> Reply:
     functions, _ = split_tools(data.get("tools") if isinstance(data.get("tools"), list) else None)
     req = Request(
         task=Task.CHAT,
-        wire=inbound.WIRE,
+        wire=WIRE,
         model=m.model,
-        messages=inbound.conversation(m.instructions, items),
+        messages=conversation(m.instructions, items),
         params=neutral.make({"tools": functions} if functions else {}),
     )
     backend = route.backend
