@@ -68,11 +68,10 @@ async def test_a_stream_is_read_event_by_event_by_the_sdk(gw):
     ]
     text = "".join(ev["delta"] for ev in events if ev["type"] == "response.output_text.delta")
     assert text and events[-1]["response"]["output"][0]["content"][0]["text"] == text
-    async with sdk(gw) as c:
-        async with c.responses.stream(model="sim", input="hello there") as stream:
-            async for _ in stream:
-                pass
-            final = await stream.get_final_response()
+    async with sdk(gw) as c, c.responses.stream(model="sim", input="hello there") as stream:
+        async for _ in stream:
+            pass
+        final = await stream.get_final_response()
     assert final.output_text == text
 
 

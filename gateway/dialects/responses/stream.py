@@ -128,6 +128,7 @@ class ResponseStream:
         return self._pre + str(seq).encode() + self._post + _dumps(text) + b',"logprobs":' + _dumps(entries) + b"}\n\n"
 
     def _close_text(self, status: str = "completed") -> bytes:
+        """The events that end the open reasoning or message item (its item kept in the output)."""
         kind, self._open = self._open, None
         if kind is None:
             return b""
@@ -230,6 +231,9 @@ class ResponseStream:
 
     def error(self, err: GatewayError) -> bytes:
         self._failed = True
+        if self._open is not None:
+            # The item cut short is in the failed response as far as it came, without its events.
+            self._close_text("incomplete")
         return self._w.lifecycle("response.failed", self._response("failed", error=failure(err)))
 
     def end(self) -> bytes:
