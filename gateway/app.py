@@ -29,7 +29,7 @@ from gateway.proxy.engine import ProxyEngine
 from gateway.proxy.exchange import SERVICES, Services
 from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
-from gateway.proxy.state import make_store
+from gateway.proxy.state import Closes, make_store
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
 
@@ -60,6 +60,8 @@ def create_app(config: Config, metrics: Metrics | None = None, store: StateStore
     svc.trusted_proxies = config.listen.proxy_networks()
     svc.objectives = dict(config.inference_objectives)
     svc.store = store if store is not None else make_store(config.responses_store)
+    if store is None and isinstance(svc.store, Closes):
+        app.on_cleanup.append(_closing(svc.store))
     app[SERVICES] = svc
     tracing = svc.tracing = _tracing(config)
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
@@ -270,3 +272,10 @@ def _metrics_listener(config: Config, handler: Handler):  # type: ignore[no-unty
             yield
 
     return ctx
+
+
+def _closing(store: Closes) -> Callable[[web.Application], Awaitable[None]]:
+    async def close(app: web.Application) -> None:
+        await store.aclose()
+
+    return close

@@ -5,9 +5,18 @@ entries are let go first. A store shared by worker processes or replicas is Redi
 (gateway.proxy.redisstate), chosen by the config's `responses_store.redis_url`.
 """
 
+from typing import Protocol, runtime_checkable
+
 from gateway import config as cfg
 from gateway.codec.contract import StateStore
 from gateway.records import record
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """A store with connections of its own, closed with the app that made it."""
+
+    async def aclose(self) -> None: ...
 
 
 @record

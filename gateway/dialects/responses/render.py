@@ -7,6 +7,8 @@ A streamed text delta is written from a byte template made when its message item
 token costs one JSON string encode and a few concatenations, as a chat chunk does.
 """
 
+import hashlib
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -46,6 +48,15 @@ def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def base_id(ctx: RenderContext) -> str:
+    """What a response's id and its items' ids are made of: the request id, unless a client gave
+    it (a client may send one id twice), then a digest of it and the moment the request came."""
+    rid = ctx.request_id
+    if len(rid) == 32 and all(c in "0123456789abcdef" for c in rid):
+        return rid
+    return hashlib.blake2b(f"{rid}|{ctx.started!r}|{os.getpid()}".encode(), digest_size=16).hexdigest()
+
+
 def response_object(
     req: Request,
     ctx: RenderContext,
@@ -60,7 +71,7 @@ def response_object(
     text = _object(raw.get("text"))
     reasoning = _object(raw.get("reasoning"))
     return {
-        "id": "resp_" + ctx.request_id,
+        "id": "resp_" + base_id(ctx),
         "object": "response",
         "created_at": ctx.created,
         "status": status,
@@ -191,7 +202,7 @@ def whole_response(answer: Answer, req: Request, ctx: RenderContext) -> dict[str
     assert isinstance(answer, Result), "the Responses API serves chat requests only"
     choice = answer.choices[0] if answer.choices else Choice()
     status, reason = _outcome(choice.finish)
-    output = output_of(choice, Ids(ctx.request_id), tool_table(req), status)
+    output = output_of(choice, Ids(base_id(ctx)), tool_table(req), status)
     return response_object(req, ctx, status, output, answer.usage, incomplete=reason)
 
 

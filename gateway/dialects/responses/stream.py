@@ -14,6 +14,7 @@ from gateway.dialects.responses.render import (
     Ids,
     Writer,
     _outcome,
+    base_id,
     call_item,
     failure,
     final_event,
@@ -62,7 +63,7 @@ class ResponseStream:
         self._req = req
         self._ctx = ctx
         self._w = Writer()
-        self._ids = Ids(ctx.request_id)
+        self._ids = Ids(base_id(ctx))
         self._tools = tool_table(req)
         self._output: list[dict[str, Any]] = []
         self._open: str | None = None  # "message" or "reasoning": the item text goes to
