@@ -29,7 +29,9 @@ def read_params(m: ResponsesRequest, data: dict[str, Any]) -> neutral.Params:
     if server:
         values["server_tools"] = server
     choice, server_choice = names.chat_tool_choice(data.get("tool_choice"), functions)
-    if choice is not None:
+    # Without a function to call, "auto" and "none" ask for nothing (the tools the provider runs
+    # are dropped); "required" still asks for a call no backend can make.
+    if choice is not None and (functions or choice == "required"):
         values["tool_choice"] = choice
     if server_choice is not None:
         values["server_tool_choice"] = server_choice
