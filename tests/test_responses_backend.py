@@ -73,8 +73,8 @@ async def test_a_responses_servers_tool_call_stream_reaches_a_chat_client(upstre
     frames = [
         event("response.created", sequence_number=0, response=response([], "in_progress")),
         event("response.output_item.added", sequence_number=1, output_index=0, item=call),
-        event("response.function_call_arguments.delta", sequence_number=2, item_id="fc_1", output_index=0, delta='{"city":'),
-        event("response.function_call_arguments.delta", sequence_number=3, item_id="fc_1", output_index=0, delta='"Oslo"}'),
+        event("response.function_call_arguments.delta", sequence_number=2, item_id="fc_1", output_index=0, delta='{"city":'),  # noqa: E501
+        event("response.function_call_arguments.delta", sequence_number=3, item_id="fc_1", output_index=0, delta='"Oslo"}'),  # noqa: E501
         event("response.completed", sequence_number=4, response=response([{**call, "status": "completed"}])),
     ]  # fmt: skip
     upstream.reply = sse_reply(frames)
@@ -113,8 +113,8 @@ async def test_a_responses_servers_failure_is_the_clients_error(upstream, make_g
     assert resp.status == 503 and "model overloaded" in (await resp.json())["error"]["message"]
     frames = [
         event("response.created", sequence_number=0, response=response([], "in_progress")),
-        event("response.output_text.delta", sequence_number=1, item_id="m", output_index=0, content_index=0, delta="Hi", logprobs=[]),
-        event("response.failed", sequence_number=2, response=response([], "failed", error={"code": "server_error", "message": "boom"})),
+        event("response.output_text.delta", sequence_number=1, item_id="m", output_index=0, content_index=0, delta="Hi", logprobs=[]),  # noqa: E501
+        event("response.failed", sequence_number=2, response=response([], "failed", error={"code": "server_error", "message": "boom"})),  # noqa: E501
     ]  # fmt: skip
     upstream.reply = sse_reply(frames)
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}

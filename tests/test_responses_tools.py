@@ -75,11 +75,11 @@ async def test_function_tools_go_to_a_chat_backend_and_calls_come_back_as_items(
 async def test_streamed_tool_calls_are_function_call_items_with_argument_deltas(upstream, make_gateway):
     frames = [
         chunk({"role": "assistant", "content": ""}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),  # noqa: E501
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Oslo"}'}}]}),
         chunk({}, "tool_calls"),
-        chunk({}, usage={"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}).replace(b'"choices":[{"index":0,"delta":{},"finish_reason":null}]', b'"choices":[]'),
+        chunk({}, usage={"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}).replace(b'"choices":[{"index":0,"delta":{},"finish_reason":null}]', b'"choices":[]'),  # noqa: E501
         b"data: [DONE]\n\n",
     ]  # fmt: skip
     upstream.reply = sse_reply(frames)

@@ -62,8 +62,8 @@ async def test_a_stream_has_the_reference_examples_events_with_their_fields(upst
     example = example_events()
     upstream.reply = json_reply(CHAT)
     frames = [
-        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}\n\n',
-        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" there!"},"finish_reason":"stop"}]}\n\n',
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}\n\n',  # noqa: E501
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" there!"},"finish_reason":"stop"}]}\n\n',  # noqa: E501
         b"data: [DONE]\n\n",
     ]  # fmt: skip
     upstream.reply = sse_reply(frames)
@@ -87,7 +87,7 @@ async def test_a_stream_has_the_reference_examples_events_with_their_fields(upst
 async def test_a_function_call_answer_has_the_reference_items_fields(upstream, make_gateway):
     example = jsonutil.loads(fixture("openapi_function_call.json"))
     call = {"id": "call_1", "type": "function", "function": {"name": "get_current_weather", "arguments": "{}"}}
-    answer = {**CHAT, "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}]}  # fmt: skip
+    answer = {**CHAT, "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}]}  # fmt: skip  # noqa: E501
     upstream.reply = json_reply(answer)
     gw = await make_gateway(chat_route(upstream.url))
     body = {"model": "m", "input": "weather?", "tools": example["tools"], "tool_choice": "auto"}
@@ -155,7 +155,7 @@ async def test_errors_before_the_stream_starts_are_openais_error_body(upstream, 
 
 async def test_a_fault_after_the_stream_started_is_a_failed_response(upstream, make_gateway):
     frames = [
-        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n',  # noqa: E501
         b'data: {"error":{"message":"the engine died"}}\n\n',
     ]  # fmt: skip
     upstream.reply = sse_reply(frames)

@@ -194,8 +194,16 @@ class ResponseStream:
 
     def render(self, events: list[Event]) -> bytes:
         parts: list[bytes] = []
+        w = self._w
         for ev in events:
             t = type(ev)
+            if t is TextDelta and self._open == "message" and ev.logprobs is None and not ev.index and ev.text:
+                # The usual event: the next piece of the open message's text.
+                seq = w.seq
+                w.seq = seq + 1
+                self._texts.append(ev.text)
+                parts.append(self._pre + b"%d" % seq + self._post + _dumps(ev.text) + b',"logprobs":[]}\n\n')
+                continue
             if t is TextDelta:
                 assert isinstance(ev, TextDelta)
                 if ev.index or not ev.text:
@@ -228,7 +236,7 @@ class ResponseStream:
             elif t is UsageEvent:
                 assert isinstance(ev, UsageEvent)
                 self._usage = ev.usage
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def error(self, err: GatewayError) -> bytes:
         self._failed = True
@@ -277,7 +285,7 @@ class PassthroughStream:
                 self._events += ev.payload.count(b"\n\n")
                 if ev.final:
                     self._final = final_response(ev.payload)
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def error(self, err: GatewayError) -> bytes:
         body = {"type": "error", "code": failure(err)["code"], "message": err.message, "param": err.param}
