@@ -197,7 +197,7 @@ class ResponseStream:
         w = self._w
         for ev in events:
             t = type(ev)
-            if t is TextDelta and self._open == "message" and ev.logprobs is None and not ev.index and ev.text:
+            if type(ev) is TextDelta and self._open == "message" and ev.logprobs is None and not ev.index and ev.text:
                 # The usual event: the next piece of the open message's text.
                 seq = w.seq
                 w.seq = seq + 1
