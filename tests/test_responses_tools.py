@@ -185,3 +185,35 @@ async def test_developer_items_and_instructions_are_the_system_turn(upstream, ma
     assert messages[2] == {"role": "assistant", "content": "seen"}
     assert messages[3] == {"role": "user", "content": "and?"}
     assert len(messages) == 4
+
+
+async def test_reasoning_text_streams_as_a_reasoning_item_before_the_message(upstream, make_gateway):
+    frames = [
+        chunk({"role": "assistant", "reasoning_content": "Think"}),
+        chunk({"reasoning_content": "ing."}),
+        chunk({"content": "Answer"}),
+        chunk({}, "stop"),
+        b"data: [DONE]\n\n",
+    ]
+    upstream.reply = sse_reply(frames)
+    gw = await make_gateway(chat_route(upstream.url))
+    resp = await gw.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
+    events = responses_events(await resp.read())
+    for ev in events:
+        sdk_event(ev)
+    kinds = [ev["type"] for ev in events]
+    assert kinds[2:9] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    output = events[-1]["response"]["output"]
+    assert output[0]["type"] == "reasoning" and output[0]["content"] == [
+        {"type": "reasoning_text", "text": "Thinking."}
+    ]
+    assert output[1]["type"] == "message" and output[1]["content"][0]["text"] == "Answer"
+    assert [ev["output_index"] for ev in events if ev["type"] == "response.output_text.delta"] == [1]
