@@ -107,3 +107,14 @@ async def test_store_false_keeps_nothing(gw):
         r = await c.responses.create(model="sim", input="hello", store=False)
         with pytest.raises(openai.NotFoundError):
             await c.responses.retrieve(r.id)
+
+
+async def test_what_a_backend_cannot_carry_is_named_or_refused(make_gateway, tokenizer_folder):
+    gw = await make_gateway(config(BACKENDS["tgi"], str(tokenizer_folder)))
+    body = {"model": "sim", "input": "hi", "reasoning": {"effort": "low"}, "tools": [{"type": "web_search"}]}
+    resp = await gw.post("/v1/responses", json=body)
+    assert resp.status == 200
+    assert resp.headers["X-Gateway-Dropped-Params"] == "reasoning_effort,server_tools"
+    tools = {**body, "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]}
+    refused = await gw.post("/v1/responses", json=tools)
+    assert refused.status == 400 and (await refused.json())["error"]["param"] == "tools"

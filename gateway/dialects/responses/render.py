@@ -104,7 +104,7 @@ def response_object(
     }
 
 
-def _outcome(finish: Finish | None) -> tuple[str, str | None]:
+def outcome(finish: Finish | None) -> tuple[str, str | None]:
     reason = INCOMPLETE.get(finish) if finish is not None else None
     return ("incomplete", reason) if reason else ("completed", None)
 
@@ -201,7 +201,7 @@ def output_of(choice: Choice, ids: Ids, tools: ToolTable, status: str) -> list[d
 def whole_response(answer: Answer, req: Request, ctx: RenderContext) -> dict[str, Any]:
     assert isinstance(answer, Result), "the Responses API serves chat requests only"
     choice = answer.choices[0] if answer.choices else Choice()
-    status, reason = _outcome(choice.finish)
+    status, reason = outcome(choice.finish)
     output = output_of(choice, Ids(base_id(ctx)), tool_table(req), status)
     return response_object(req, ctx, status, output, answer.usage, incomplete=reason)
 

@@ -13,7 +13,7 @@ from gateway.dialects.responses.render import (
     CONTENT_TYPE,
     Ids,
     Writer,
-    _outcome,
+    outcome,
     base_id,
     call_item,
     failure,
@@ -248,7 +248,7 @@ class ResponseStream:
     def end(self) -> bytes:
         if self._failed:
             return b""
-        status, reason = _outcome(self._finish)
+        status, reason = outcome(self._finish)
         out = self._close_text(status)
         out += self._close_calls()
         if not self._output:
