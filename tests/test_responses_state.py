@@ -158,3 +158,18 @@ async def test_gateways_sharing_a_redis_share_responses_each_keys_own(upstream, 
         await r.aclose()
     assert (await one.delete(f"/v1/responses/{rid}", headers=key("k1"))).status == 200
     assert (await two.get(f"/v1/responses/{rid}", headers=key("k1"))).status == 404
+
+
+async def test_an_unreachable_redis_is_a_503_for_what_needs_it_and_never_fails_an_answer(upstream, make_gateway):
+    upstream.reply = json_reply(CHAT)
+    gone = f"redis://127.0.0.1:{_free_port()}/0"
+    gw = await make_gateway(chat_route(upstream.url, responses_store={"redis_url": gone}))
+    made = await gw.post("/v1/responses", json={"model": "m", "input": "hi"})
+    assert made.status == 200  # the answer stands; keeping it failed, and was logged
+    rid = (await made.json())["id"]
+    for resp in (
+        await gw.get(f"/v1/responses/{rid}"),
+        await gw.post("/v1/responses", json={"model": "m", "input": "x", "previous_response_id": rid}),
+    ):
+        assert resp.status == 503
+        assert (await resp.json())["error"]["type"] == "server_error"

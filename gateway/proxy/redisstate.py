@@ -7,13 +7,28 @@ go of what outlives it (and, under its own memory policy, of what it must). The 
 `redis`'s asyncio one; its connections open on first use, in the event loop that uses them.
 """
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.neutral.errors import Unavailable
 
 PREFIX = "gateway:state:"
+T = TypeVar("T")
 
 
 def key_name(owner: str, key: str) -> str:
     return f"{PREFIX}{owner.encode().hex()}:{key}"
+
+
+async def _reached(aw: Awaitable[T]) -> T:
+    """`aw`, or a 503 for the client when Redis cannot be reached or fails."""
+    try:
+        return await aw
+    except (RedisError, OSError) as e:
+        raise Unavailable(f"the gateway's state store is unavailable ({type(e).__name__})") from None
 
 
 class RedisStore:
@@ -24,14 +39,14 @@ class RedisStore:
         self._ttl_ms = max(1, int(ttl_s * 1000))
 
     async def get(self, owner: str, key: str) -> bytes | None:
-        value = await self._redis.get(key_name(owner, key))
+        value = await _reached(self._redis.get(key_name(owner, key)))
         return value.encode() if isinstance(value, str) else value
 
     async def put(self, owner: str, key: str, value: bytes) -> None:
-        await self._redis.set(key_name(owner, key), value, px=self._ttl_ms)
+        await _reached(self._redis.set(key_name(owner, key), value, px=self._ttl_ms))
 
     async def delete(self, owner: str, key: str) -> bool:
-        return bool(await self._redis.delete(key_name(owner, key)))
+        return bool(await _reached(self._redis.delete(key_name(owner, key))))
 
     async def aclose(self) -> None:
         await self._redis.aclose()
