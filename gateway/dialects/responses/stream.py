@@ -39,6 +39,8 @@ from gateway.neutral.events import (
 from gateway.neutral.types import Finish, Request, Usage
 
 _dumps = jsonutil.dumps
+# What ends a text delta event without log probabilities.
+_TAIL = b',"logprobs":[]}\n\n'
 
 
 class _Call:
@@ -202,7 +204,7 @@ class ResponseStream:
                 seq = w.seq
                 w.seq = seq + 1
                 self._texts.append(ev.text)
-                parts.append(self._pre + b"%d" % seq + self._post + _dumps(ev.text) + b',"logprobs":[]}\n\n')
+                parts.append(self._pre + b"%d" % seq + self._post + _dumps(ev.text) + _TAIL)
                 continue
             if t is TextDelta:
                 assert isinstance(ev, TextDelta)
@@ -213,11 +215,16 @@ class ResponseStream:
                 parts.append(self._delta(ev.text, ev.logprobs))
             elif t is TextRun:
                 assert isinstance(ev, TextRun)
-                if ev.index:
+                texts = [text for text in ev.texts if text]
+                if ev.index or not texts:
                     continue
                 if self._open != "message":
                     parts.append(self._open_text("message"))
-                parts += [self._delta(text) for text in ev.texts if text]
+                # A run of the open message's text pieces, each its own delta event.
+                seq, pre, post = w.seq, self._pre, self._post
+                w.seq = seq + len(texts)
+                self._texts += texts
+                parts += [pre + b"%d" % (seq + k) + post + _dumps(text) + _TAIL for k, text in enumerate(texts)]
             elif t is ReasoningDelta:
                 assert isinstance(ev, ReasoningDelta)
                 if ev.index or not ev.text:
