@@ -40,6 +40,15 @@ async def gw(make_gateway, vllm, triton, tiny_model):
     return await make_gateway(config(vllm, triton, tiny_model))
 
 
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    """The events' types, a run of deltas as one."""
+    out: list[str] = []
+    for e in events:
+        if not (out and e["type"].endswith(".delta") and out[-1] == e["type"]):
+            out.append(e["type"])
+    return out
+
+
 def sdk(gw: Any) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(api_key="k", base_url=str(gw.make_url("/v1")), max_retries=0, timeout=120)
 
@@ -50,9 +59,10 @@ async def test_vllms_own_responses_stream_comes_through_as_vllm_sent_it(gw, vllm
     async with httpx.AsyncClient(timeout=120) as c:
         theirs = (await c.post(vllm.url + "/v1/responses", json=body)).content
     mine, direct = responses_events(ours), responses_events(theirs)
-    assert [e["type"] for e in mine] == [e["type"] for e in direct]
-    text = [e["delta"] for e in mine if e["type"] == "response.output_text.delta"]
-    assert text == [e["delta"] for e in direct if e["type"] == "response.output_text.delta"]
+    # vLLM may put several tokens in one delta when it is busy: the deltas are compared joined.
+    assert kinds(mine) == kinds(direct)
+    text = "".join(e["delta"] for e in mine if e["type"] == "response.output_text.delta")
+    assert text == "".join(e["delta"] for e in direct if e["type"] == "response.output_text.delta")
     # Kept as vLLM answered it.
     final = mine[-1]["response"]
     kept = await (await gw.get(f"/v1/responses/{final['id']}")).json()
