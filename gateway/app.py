@@ -29,7 +29,7 @@ from gateway.proxy.engine import ProxyEngine
 from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
 from gateway.proxy.services import SERVICES, Services
-from gateway.proxy.state import make_store
+from gateway.proxy.state import Closes, make_store
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
 
@@ -57,13 +57,16 @@ def create_app(config: Config, metrics: Metrics | None = None, store: StateStore
     for conf in config.backends.values():
         REDACT.add(secret_header_values(conf.headers))
     tracing = _tracing(config)
+    kept = store if store is not None else make_store(config.responses_store)
+    if store is None and isinstance(kept, Closes):
+        app.on_cleanup.append(_closing(kept))
     app[SERVICES] = Services.of(
         metrics,
         config.limits,
         config.auth.keys() if config.auth else None,
         trusted_proxies=config.listen.proxy_networks(),
         objectives=config.inference_objectives,
-        store=store if store is not None else make_store(config.responses_store),
+        store=kept,
         tracing=tracing,
     )
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
@@ -276,3 +279,10 @@ def _metrics_listener(config: Config, handler: Handler):  # type: ignore[no-unty
             yield
 
     return ctx
+
+
+def _closing(store: Closes) -> Callable[[web.Application], Awaitable[None]]:
+    async def close(app: web.Application) -> None:
+        await store.aclose()
+
+    return close

@@ -281,9 +281,21 @@ class GroupView(Protocol):
 # A path of the dialect's own that is not an inference call: health, model lists, metadata, what
 # a stateful API keeps. It may raise GatewayError; the proxy turns that into the dialect's error.
 InfoHandler = Callable[[PathValues, GroupView, Caller], Awaitable[Reply]]
-# A path of the dialect's own that reads the request body but asks no backend (a token count from
-# the backend's tokenizer): an InfoHandler that is given the body too, read within the limits.
-BodyHandler = Callable[[bytes, PathValues, GroupView, Caller], Awaitable[Reply]]
+
+
+@record
+class Asked:
+    """What a client sent to a path of the dialect's own that reads more than its path."""
+
+    path: PathValues
+    query: Mapping[str, str]
+    # The body (read within the gateway's limits), empty for a GET or a DELETE.
+    body: bytes = b""
+
+
+# Such a path that reads the query or a body (a stateful API's lookups, a token count); its errors
+# as an InfoHandler's.
+ReadingHandler = Callable[[Asked, GroupView, Caller], Awaitable[Reply]]
 
 
 @record
@@ -294,7 +306,7 @@ class Mount:
     info: InfoHandler | None = None
     # Whether the path needs the gateway's API key when auth is on (health paths do not).
     auth: bool = True
-    reads: BodyHandler | None = None
+    reads: ReadingHandler | None = None
 
 
 class Inbound(Protocol):

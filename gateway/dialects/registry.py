@@ -10,10 +10,11 @@ from gateway.dialects.anthropic import DIALECT as ANTHROPIC
 from gateway.dialects.databricks import DIALECT as DATABRICKS
 from gateway.dialects.mindie import DIALECT as MINDIE
 from gateway.dialects.openai import DIALECT as OPENAI
+from gateway.dialects.responses import DIALECT as RESPONSES
 from gateway.dialects.tgi import DIALECT as TGI
 from gateway.dialects.triton import DIALECT as TRITON
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, MINDIE, TGI, TRITON, DATABRICKS, ANTHROPIC)}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, MINDIE, TGI, TRITON, DATABRICKS, ANTHROPIC, RESPONSES)}
 
 
 def available() -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.codec.capabilities import key_headers
-from gateway.codec.contract import BodyHandler, Caller, Endpoint, Inbound, InfoHandler
+from gateway.codec.contract import Asked, Caller, Endpoint, Inbound, InfoHandler, ReadingHandler
 from gateway.neutral.errors import GatewayError, NotFound
 from gateway.proxy.admission import Ticket
 from gateway.proxy.exchange import REQUEST_ID, arrival_of, reply_response, request_id_of, serve
@@ -47,30 +47,32 @@ def _info(info: InfoHandler, group: RouteGroup, inbound: Inbound, auth: bool) ->
     return handle
 
 
-def _reader(reads: BodyHandler, group: RouteGroup, inbound: Inbound, auth: bool) -> Handler:
-    """A path of the dialect's own that reads the body: within the same limits as an inference
-    path's (a request slot, the body's room in the budget, the body deadline)."""
+def _reading(reads: ReadingHandler, group: RouteGroup, inbound: Inbound, auth: bool) -> Handler:
+    """A path of the dialect's own that reads the query or the body: a body within the same
+    limits as an inference path's (its room in the budget, the body deadline, a request slot)."""
     paths = GroupPaths(group)
     where = key_headers(inbound)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         svc = request.app[SERVICES]
         arrival = arrival_of(request)
-        request_id = arrival.request_id
         ticket = Ticket()
-        body_read = False
+        body_read = request.method in ("GET", "HEAD", "DELETE")
         try:
             owner = check_auth(request, svc.api_keys, where) if auth else None
-            body = await read_body(request, arrival, svc.limits, svc.budget, ticket, svc.trusted_proxies)
-            body_read = True
-            svc.budget.take_slots(ticket, 1)
-            reply = await reads(body, request.match_info, paths, Caller(request_id, owner or "", svc.store))
+            body = b""
+            if not body_read:
+                body = await read_body(request, arrival, svc.limits, svc.budget, ticket, svc.trusted_proxies)
+                body_read = True
+                svc.budget.take_slots(ticket, 1)
+            asked = Asked(request.match_info, request.query, body)
+            reply = await reads(asked, paths, Caller(arrival.request_id, owner or "", svc.store))
         except GatewayError as e:
             reply = inbound.error_reply(e)
         finally:
             svc.budget.release(ticket)
         resp = reply_response(reply)
-        resp.headers[REQUEST_ID] = request_id
+        resp.headers[REQUEST_ID] = arrival.request_id
         if not body_read:
             resp.force_close()  # refused before its body was read: no one will read the rest
         return resp
@@ -83,7 +85,7 @@ def mount(router: web.UrlDispatcher, prefix: str, group: RouteGroup, inbound: In
         if m.endpoint is not None:
             handler = _inference(m.endpoint, group, inbound)
         elif m.reads is not None:
-            handler = _reader(m.reads, group, inbound, m.auth)
+            handler = _reading(m.reads, group, inbound, m.auth)
         else:
             assert m.info is not None
             handler = _info(m.info, group, inbound, m.auth)

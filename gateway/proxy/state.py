@@ -5,9 +5,18 @@ entries are let go first. A store shared by worker processes or replicas is Redi
 (gateway.proxy.redisstate), chosen by the config's `responses_store.redis_url`.
 """
 
+from typing import Protocol, runtime_checkable
+
 from gateway import config as cfg
 from gateway.codec.contract import StateStore
 from gateway.records import record
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """A store with connections of its own, closed with the app that made it."""
+
+    async def aclose(self) -> None: ...
 
 
 @record
@@ -60,5 +69,7 @@ class MemoryStore:
 def make_store(conf: cfg.ResponsesStore) -> StateStore:
     """The store the config asks for."""
     if conf.redis_url is not None:
-        raise NotImplementedError("redis")
+        from gateway.proxy.redisstate import RedisStore  # the redis client is loaded only for it
+
+        return RedisStore(conf.redis_url, conf.ttl_s)
     return MemoryStore(StoreLimits(conf.max_entries, conf.max_bytes))

@@ -14,7 +14,7 @@ from gateway import jsonutil
 from gateway.adapters import tokenizer_for
 from gateway.adapters.prompt import prompt_text
 from gateway.codec.capabilities import BEARER, KeyHeader
-from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.contract import Asked, Caller, Endpoint, GroupView, Mount, PathValues, Reply
 from gateway.codec.errors import stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.anthropic import params as names
@@ -66,10 +66,10 @@ def parse_messages(body: bytes, path: PathValues | None = None) -> Request:
 MESSAGES = Endpoint(parse_messages, render.render_result, render.stream_renderer)
 
 
-async def count_tokens(body: bytes, path: PathValues, group: GroupView, caller: Caller) -> Reply:
+async def count_tokens(asked: Asked, group: GroupView, caller: Caller) -> Reply:
     """The prompt's tokens as the route's backend would see them: the conversation through the
     model's chat template, counted by its tokenizer (the backend's `tokenizer:` folder)."""
-    data = load_object(body)
+    data = load_object(asked.body)
     m = validate(CountTokensRequest, data)
     route = group.select(m.model)
     backend = route.backend

@@ -11,6 +11,7 @@ from gateway import jsonutil
 from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, RouteView
 from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
+from gateway.dialects import responses
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import render
 from gateway.dialects.openai.outbound import WIRES
@@ -197,6 +198,7 @@ class OpenAIInbound:
         Mount("GET", "/v1/models", info=list_models),
         # Model ids may hold slashes ("meta-llama/Llama-3.1-8B"), as the SDK sends them.
         Mount("GET", "/v1/models/{model:.+}", info=get_model),
+        *responses.MOUNTS,
     )
 
     def error_reply(self, err: GatewayError) -> Reply:

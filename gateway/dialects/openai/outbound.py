@@ -13,10 +13,12 @@ from pydantic import BaseModel, ConfigDict
 
 from gateway import jsonutil
 from gateway.codec.capabilities import KvSource
-from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
+from gateway.codec.contract import BackendView, Carriage, Outgoing, StreamParser, UpstreamCall
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import reading
+from gateway.dialects.responses import outbound as responses
+from gateway.dialects.responses import reading as responses_reading
 from gateway.modelserver import VLLM_PAGE
 from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Answer, Message, Request, Task
@@ -25,6 +27,9 @@ from gateway.neutral.types import Answer, Message, Request, Task
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     extensions: Literal["none", "vllm"] = "none"
+    # The server serves the Responses API itself (the public API and vLLM do): a client of that
+    # API has its body forwarded as it is. Off, its requests are translated to chat completions.
+    responses_api: bool = True
 
 
 PATHS = {Task.CHAT: "/v1/chat/completions", Task.COMPLETION: "/v1/completions", Task.EMBEDDING: "/v1/embeddings"}
@@ -129,12 +134,16 @@ class OpenAIOutbound:
     forwards_same_wire = True
 
     def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
+        if req.wire == responses.CARRIAGE.wire and backend.options.responses_api:
+            return responses.CARRIAGE
         return _CARRIAGE[req.task, _vllm(backend)]
 
     def build(self, out: Outgoing[Options]) -> UpstreamCall:
         req = out.req
         path = PATHS[req.task]
         model = out.backend.model or req.model
+        if out.same_wire and req.wire == responses.CARRIAGE.wire:
+            return responses.forwarded(req, model)
         if out.same_wire and req.raw is not None:
             # Forward every field the client sent, known to us or not.
             body = dict(req.raw)
@@ -148,11 +157,15 @@ class OpenAIOutbound:
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=req)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
+        if call.path == responses.PATH:
+            return responses_reading.passthrough_body(body, call.rename)
         if call.passthrough:
             return reading.passthrough_body(call.state, body, call.rename)
         return reading.parse_body(call.state, body)
 
-    def stream_parser(self, call: UpstreamCall) -> reading.OpenAIStreamParser:
+    def stream_parser(self, call: UpstreamCall) -> StreamParser:
+        if call.path == responses.PATH:
+            return responses_reading.ResponsesStreamParser(passthrough=True, rename=call.rename)
         req: Request = call.state
         return reading.OpenAIStreamParser(req.task is Task.CHAT, call.passthrough, call.rename)
 

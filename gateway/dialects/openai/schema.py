@@ -142,6 +142,7 @@ class ChatCompletionRequest(_Sampling):
     tools: Annotated[list[Tool] | None, Carries(PUBLIC, VLLM)] = None
     tool_choice: Annotated[Literal["none", "auto", "required"] | dict[str, Any] | None, Carries(PUBLIC, VLLM)] = None
     parallel_tool_calls: Annotated[bool | None, Carries(PUBLIC, VLLM)] = None
+    reasoning_effort: Annotated[str | None, Carries(PUBLIC, VLLM)] = None
     # vLLM-style extension
     chat_template_kwargs: Annotated[dict[str, Any] | None, Carries(VLLM)] = None
 
