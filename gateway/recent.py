@@ -5,7 +5,7 @@ gauge's values, a histogram's quantiles).
 Nothing here is on the request path. A sample copies values prometheus-client already keeps;
 it is read in a thread (`asyncio.to_thread`), so the event loop waits for no file or lock, and
 only its few hundred numbers are filed on the loop. Sampling starts when the page first asks
-(`Recent.touch`) and stops LINGER_S after it last asked: a gateway nobody watches does none of it.
+(`Recent.watched`) and stops LINGER_S after it last asked: a gateway nobody watches does none of it.
 
 A sample holds one float per series in a flat array, the series numbered as they first appear;
 a series missing from a sample (not there yet, or gone) is NaN there.
@@ -57,17 +57,19 @@ class Recent:
 
     # Sampling
 
-    def touch(self) -> None:
-        """The page asked: sample (from now, if not already) until LINGER_S after the last ask."""
+    async def watched(self) -> None:
+        """The page asked: sample until LINGER_S after the last ask, starting now if not yet."""
         self._asked = time.monotonic()
         if self._task is None or self._task.done():
             self.clear()
             self._task = asyncio.create_task(self._sampling())
+        if not self.times:
+            await self.sample()
 
     async def _sampling(self) -> None:
         while time.monotonic() - self._asked < LINGER_S:
-            await self.sample()
             await asyncio.sleep(self.interval_s)
+            await self.sample()
         self.clear()
 
     async def sample(self) -> None:

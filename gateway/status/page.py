@@ -83,7 +83,7 @@ class StatusPage:
             return web.Response(
                 status=e.status, body=jsonutil.dumps(body), content_type="application/json", headers=headers
             )
-        self.recent.touch()
+        await self.recent.watched()
         return web.Response(
             body=jsonutil.dumps(self.document(config)), content_type="application/json", headers=HEADERS
         )

@@ -8,6 +8,7 @@ their position in `urls:`, never a URL, a header or a key.
 
 import itertools
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,8 @@ from gateway.config import Config, route_paths
 from gateway.recent import Recent, bucket_growth, growth, latest, quantile
 
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
+# A path's variable part as the router matches it ({model:.+}), shown by its name only.
+_PATTERN = re.compile(r"\{(\w+):[^}]*\}")
 HISTOGRAMS = (
     ("ttft", "gateway_time_to_first_token_seconds_bucket"),
     ("itl", "gateway_inter_token_latency_seconds_bucket"),
@@ -146,7 +149,7 @@ def document(config: Config, recent: Recent, now: float) -> dict[str, Any]:
             {
                 "name": r.name,
                 "dialect": r.dialect,
-                "paths": [{"method": m, "path": p} for m, p in paths[r.name]],
+                "paths": [{"method": m, "path": _PATTERN.sub(r"{\1}", p)} for m, p in paths[r.name]],
                 "models": r.models,
                 "backend": r.backend,
                 "backend_dialect": backend.dialect,

@@ -45,6 +45,12 @@ function clock(unix) {
   return new Date(unix * 1000).toLocaleTimeString([], { hour12: false });
 }
 
+function when(unix) {
+  const d = new Date(unix * 1000);
+  const day = [d.getFullYear(), d.getMonth() + 1, d.getDate()].map((n) => String(n).padStart(2, "0")).join("-");
+  return `${day} ${clock(unix)}`;
+}
+
 function figure(name, text) {
   return el("td", text, { class: "num", "data-figure": name });
 }
@@ -63,18 +69,23 @@ function chart(spec, series, times) {
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
   svg.setAttribute("class", "chart");
   const lines = spec.lines.map((name) => (series[name] || []).map((v) => chartValue(name, v)));
-  const all = lines.flat().filter((v) => v !== null);
-  const top = Math.max(...all, 0) || 1;
+  const highest = Math.max(...lines.flat().filter((v) => v !== null), 0);
+  const top = highest || 1;
   const t0 = times.length ? times[0] : 0;
   const span = times.length > 1 ? times[times.length - 1] - t0 : 1;
   lines.forEach((values, n) => {
-    let d = "", pen = false;
+    const at = (v, i) => [
+      (pad + ((times[i] - t0) / span) * (w - 2 * pad)).toFixed(1),
+      (h - pad - (v / top) * (h - 2 * pad - 12)).toFixed(1),
+    ];
+    let d = "";
     values.forEach((v, i) => {
-      if (v === null) { pen = false; return; }
-      const x = pad + ((times[i] - t0) / span) * (w - 2 * pad);
-      const y = h - pad - (v / top) * (h - 2 * pad - 12);
-      d += `${pen ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`;
-      pen = true;
+      if (v === null) return;
+      const [x, y] = at(v, i);
+      const joined = i > 0 && values[i - 1] !== null;
+      const alone = !joined && (i + 1 >= values.length || values[i + 1] === null);
+      // A value with none beside it is drawn as a dot: a line needs two.
+      d += joined ? `L${x},${y}` : alone ? `M${x},${y}h0.01` : `M${x},${y}`;
     });
     const path = document.createElementNS(SVG, "path");
     path.setAttribute("d", d);
@@ -84,10 +95,15 @@ function chart(spec, series, times) {
   const label = document.createElementNS(SVG, "text");
   label.setAttribute("x", pad);
   label.setAttribute("y", 10);
-  label.textContent = `max ${top.toFixed(top < 10 ? 2 : 0)}${spec.unit}`;
+  label.textContent = `max ${highest.toFixed(highest < 10 ? 2 : 0)}${spec.unit}`;
   svg.append(label);
+  const caption = el("figcaption");
+  spec.title.split(" / ").forEach((part, n) => {
+    if (n) caption.append(" / ");
+    caption.append(el("span", part, spec.lines.length > 1 ? { class: `key${n}` } : {}));
+  });
   const box = el("figure", null, { class: "chart-box" });
-  box.append(el("figcaption", spec.title), svg);
+  box.append(caption, svg);
   return box;
 }
 
@@ -102,8 +118,8 @@ function replica(r, now) {
 }
 
 function render(s) {
-  const hash = s.config.hashes.length ? s.config.hashes.join(", ") : "unknown";
-  const loaded = s.config.loaded_at ? `, live since ${new Date(s.config.loaded_at * 1000).toLocaleString()}` : "";
+  const hash = s.config.hashes.length ? s.config.hashes.join(" and ") : "(not known yet)";
+  const loaded = s.config.loaded_at ? `, live since ${when(s.config.loaded_at)}` : "";
   $("summary").textContent = `Configuration ${hash}${loaded}. Updated ${clock(s.now)}.`;
   $("window").textContent = s.samples > 1
     ? `${Math.round(s.window_s)} s measured so far` + (s.window_s < 59 ? ", since this page was opened" : "")
@@ -160,6 +176,7 @@ function render(s) {
 }
 
 function askForKey(problem) {
+  $("summary").textContent = "The figures need an API key of this gateway.";
   $("content").hidden = true;
   $("key-form").hidden = false;
   $("key-problem").textContent = problem;
