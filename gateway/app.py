@@ -93,7 +93,8 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
 
     if config.metrics.port is None:
         app.router.add_get(config.metrics.path, _metrics_handler(metrics))
-        if _page_fits(config):
+        mounted = [config.metrics.path, *(p for paths in route_paths(config).values() for _, p in paths)]
+        if config.ui and _page_fits(mounted):
             status_page.add_routes(app.router, status_page.StatusPage(lambda: config, metrics.recent))
     elif own_metrics:
         app.cleanup_ctx.append(_metrics_listener(config, metrics, lambda: config))
@@ -126,15 +127,13 @@ async def process_metrics(config: Config, metrics: Metrics, live: LiveConfig | N
         yield
 
 
-def _page_fits(config: Config) -> bool:
-    """Whether the status page is to be served beside the routes: on unless `ui: false`, and
-    not where a route mounts a path of its own."""
-    if not config.ui:
-        return False
+def _page_fits(paths: list[str]) -> bool:
+    """Whether the status page can be served beside these paths (the port's routes, metrics):
+    none of them may be under its prefix, whose owner keeps it (and a warning says so)."""
     prefix = status_page.PREFIX
-    taken = [p for paths in route_paths(config).values() for _, p in paths if p == prefix or p.startswith(prefix + "/")]
+    taken = [p for p in paths if p == prefix or p.startswith(prefix + "/")]
     if taken:
-        log.warning("the status page is not served: a route mounts %s, under its %s/", taken[0], prefix)
+        log.warning("the status page is not served: %s is mounted there, under its %s/", taken[0], prefix)
     return not taken
 
 
@@ -267,7 +266,7 @@ def _loop_lag(metrics: Metrics):  # type: ignore[no-untyped-def]
 async def _serving_metrics(config: Config, metrics: Metrics, live: LiveConfig) -> AsyncIterator[None]:
     mapp = web.Application()
     mapp.router.add_get(config.metrics.path, _metrics_handler(metrics))
-    if not config.metrics.path.startswith(status_page.PREFIX):
+    if _page_fits([config.metrics.path]):
         status_page.add_routes(mapp.router, status_page.StatusPage(live, metrics.recent))
     runner = web.AppRunner(mapp, access_log=None)
     await runner.setup()

@@ -5,6 +5,7 @@ it never shows. The page in a real browser is tests/test_status_page_browser.py'
 import asyncio
 import math
 import os
+import signal
 import socket
 import tomllib
 from fnmatch import fnmatch
@@ -20,6 +21,8 @@ from gateway.proxy.exchange import SERVICES
 from gateway.recent import quantile
 from gateway.simulator.server import create_sim_app
 from tests.support import start_workers
+from tests.test_lifecycle_drain import launch  # noqa: F401  (the fixture)
+from tests.test_lifecycle_reload import write
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_HEADER = "Bearer backend-secret-7f3a"
@@ -214,6 +217,38 @@ async def test_workers_state_is_the_whole_pods(tmp_path):
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_the_metrics_listeners_page_follows_a_reload(launch, tmp_path):  # noqa: F811
+    """On the metrics listener (started once), the page shows whichever configuration is live."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    head = (
+        f"listen: {{host: 127.0.0.1, port: 0}}\nmetrics: {{port: {port}}}\n"
+        "backends: {sim: {dialect: openai, simulate: true}}\nroutes:\n  - {name: chat, dialect: openai, backend: sim}\n"
+    )
+    config = tmp_path / "gateway.yaml"
+    first = write(config, head)
+    gateway, _ = await launch("serve", "--config", str(config))
+    async with aiohttp.ClientSession() as page:
+
+        async def state() -> dict[str, Any]:
+            async with page.get(f"http://127.0.0.1:{port}/ui/api/state") as r:
+                return dict(await r.json())
+
+        before = await _until(state, lambda s: s["config"]["hashes"] == [first])
+        assert [r["name"] for r in before["routes"]] == ["chat"]
+        second = write(config, head + "  - {name: more, dialect: tgi, backend: sim, prefix: /tgi}\n")
+        gateway.send(signal.SIGHUP)
+        after = await _until(state, lambda s: s["config"]["hashes"] == [second])
+        assert [r["name"] for r in after["routes"]] == ["chat", "more"]
+        assert after["config"]["loaded_at"] > before["config"]["loaded_at"]
+        write(config, head.replace("metrics:", "ui: false\nmetrics:"))
+        gateway.send(signal.SIGHUP)
+        await gateway.line("is live", after=len(gateway.lines))
+        async with page.get(f"http://127.0.0.1:{port}/ui/api/state") as r:
+            assert r.status == 404
 
 
 @pytest.mark.parametrize(

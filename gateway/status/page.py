@@ -70,7 +70,7 @@ class StatusPage:
 
     async def file(self, request: web.Request) -> web.Response:
         self._config()
-        name, content_type = ASSETS[request.match_info.get("asset", "/")]
+        name, content_type = ASSETS[request.path.removeprefix(PREFIX)]
         return web.Response(body=asset(name), content_type=None, headers={**HEADERS, "Content-Type": content_type})
 
     async def state(self, request: web.Request) -> web.Response:
@@ -103,6 +103,6 @@ def add_routes(router: web.UrlDispatcher, page: StatusPage) -> None:
         raise web.HTTPFound(PREFIX + "/")
 
     router.add_get(PREFIX, to_page)
-    router.add_get(PREFIX + "/", page.file)
-    router.add_get(PREFIX + "{asset:/status\\.(?:js|css)}", page.file)
+    for path in ASSETS:
+        router.add_get(PREFIX + path, page.file)
     router.add_get(PREFIX + "/api/state", page.state)
