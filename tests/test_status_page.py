@@ -93,7 +93,7 @@ async def _state(gw: Any, **headers: str) -> dict[str, Any]:
     return state
 
 
-async def test_state_after_traffic_through_two_routes(make_gateway, aiohttp_server):
+async def test_the_state_shows_each_routes_figures_replicas_and_errors_after_traffic(make_gateway, aiohttp_server):
     # Simulators that pause between tokens, so that streams have gaps between them.
     sims = [await aiohttp_server(create_sim_app(d, token_delay_s=0.002)) for d in ("openai", "tgi")]
     down = _refused_url()
@@ -184,7 +184,7 @@ async def test_a_route_under_ui_keeps_its_paths_and_the_page_steps_aside(make_ga
     assert "the status page is not served" in caplog.text
 
 
-async def test_workers_state_is_the_whole_pods(tmp_path):
+async def test_under_workers_any_worker_shows_the_whole_pods_figures(tmp_path):
     """With two worker processes, any worker's state counts every request, whichever served it."""
     config = tmp_path / "gateway.yaml"
     config.write_text(
