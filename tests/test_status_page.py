@@ -18,6 +18,7 @@ import pytest
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.proxy.exchange import SERVICES
+from gateway.proxy.replicas import Replicas
 from gateway.recent import quantile
 from gateway.simulator.server import create_sim_app
 from tests.support import start_workers
@@ -273,3 +274,18 @@ def test_the_page_ships_inside_the_package():
     assert Path("gateway/status/static/status.js") in loose
     for p in loose:
         assert any(fnmatch(str(p), pattern) for pattern in patterns), p
+
+
+def test_a_longer_ejection_is_told_with_when_the_replica_is_next_tried():
+    """The watcher (the metrics, and so the page) hears of each ejection, and of each time a
+    failed trial makes one longer, with the time left until the next trial."""
+    now = [100.0]
+    told: list[tuple[int, bool, float]] = []
+    replicas = Replicas(2, eject_after=1, base_s=5, max_s=60, clock=lambda: now[0])
+    replicas.watch(lambda i, up: told.append((i, up, replicas.back_in(i))))
+    replicas.failed(1)
+    now[0] += 6  # its time is up: the next order gives it a trial, which fails
+    assert replicas.order()[0] == 1
+    replicas.failed(1)
+    replicas.succeeded(1)
+    assert told == [(0, True, 0.0), (1, True, 0.0), (1, False, 5.0), (1, False, 10.0), (1, True, 0.0)]
