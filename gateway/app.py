@@ -6,11 +6,13 @@ live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
 A serving process may run several apps one after another, one per configuration it loads
 (gateway.lifecycle): those share one `Metrics`, and what belongs to the process rather than to a
 configuration (the event-loop lag watch, a separate metrics listener) runs in `process_metrics`.
+The status page (gateway.status) is on the metrics listener when there is one, else on the app's.
 """
 
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,7 @@ from aiohttp import web
 
 from gateway.adapters import template_for, tokenizer_for
 from gateway.codec.contract import StateStore
-from gateway.config import Config
+from gateway.config import Config, route_paths
 from gateway.dialects import registry
 from gateway.health import READINESS, Readiness, healthz, readyz
 from gateway.logs import install_redaction
@@ -32,6 +34,7 @@ from gateway.proxy.services import SERVICES, Services
 from gateway.proxy.state import Closes, make_store
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
+from gateway.status import page as status_page
 
 if TYPE_CHECKING:
     from gateway.tracing import Tracing
@@ -40,6 +43,7 @@ log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
+LiveConfig = Callable[[], Config | None]
 
 
 def create_app(config: Config, metrics: Metrics | None = None, store: StateStore | None = None) -> web.Application:
@@ -103,8 +107,11 @@ def create_app(config: Config, metrics: Metrics | None = None, store: StateStore
 
     if config.metrics.port is None:
         app.router.add_get(config.metrics.path, _metrics_handler(metrics))
+        mounted = [config.metrics.path, *(p for paths in route_paths(config).values() for _, p in paths)]
+        if config.ui and _page_fits(mounted):
+            status_page.add_routes(app.router, status_page.StatusPage(lambda: config, metrics.recent))
     elif own_metrics:
-        app.cleanup_ctx.append(_metrics_listener(config, _metrics_handler(metrics)))
+        app.cleanup_ctx.append(_metrics_listener(config, metrics, lambda: config))
 
     if tracing is not None:
         app.cleanup_ctx.append(_traces(tracing))  # stopped after the backends' connections
@@ -123,14 +130,25 @@ def create_app(config: Config, metrics: Metrics | None = None, store: StateStore
 
 
 @contextlib.asynccontextmanager
-async def process_metrics(config: Config, metrics: Metrics) -> AsyncIterator[None]:
+async def process_metrics(config: Config, metrics: Metrics, live: LiveConfig | None = None) -> AsyncIterator[None]:
     """For apps made with a shared `metrics`: the event-loop lag watch, and the separate metrics
-    listener when `metrics.port` is set (on the port and path `config` gives)."""
+    listener when `metrics.port` is set (on the port and path `config` gives), with the status
+    page of the configuration `live` says is live (by default `config`)."""
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(_watching_loop_lag(metrics))
         if config.metrics.port is not None:
-            await stack.enter_async_context(_serving_metrics(config, _metrics_handler(metrics)))
+            await stack.enter_async_context(_serving_metrics(config, metrics, live or (lambda: config)))
         yield
+
+
+def _page_fits(paths: list[str]) -> bool:
+    """Whether the status page can be served beside these paths (the port's routes, metrics):
+    none of them may be under its prefix, whose owner keeps it (and a warning says so)."""
+    prefix = status_page.PREFIX
+    taken = [p for p in paths if p == prefix or p.startswith(prefix + "/")]
+    if taken:
+        log.warning("the status page is not served: %s is mounted there, under its %s/", taken[0], prefix)
+    return not taken
 
 
 def _metrics_handler(metrics: Metrics) -> Handler:
@@ -144,10 +162,11 @@ def _watch_backend(b: Backend, metrics: Metrics) -> None:
     """The backend's replica states and queue length, as metrics."""
     if not metrics.enabled:
         return
-    up = metrics.replica_up
+    up, until = metrics.replica_up, metrics.replica_ejected_until
 
     def changed(replica: int, is_up: bool) -> None:
         up.labels(b.name, str(replica)).set(1 if is_up else 0)
+        until.labels(b.name, str(replica)).set(0 if is_up else time.time() + b.health.back_in(replica))
 
     b.health.watch(changed)
     if b.gate is not None:
@@ -243,6 +262,7 @@ async def _watching_loop_lag(metrics: Metrics) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await metrics.recent.close()
         # What was recorded last, into the values the process leaves behind (a worker's stay
         # in the shared folder for the others' scrapes).
         metrics.flush()
@@ -257,9 +277,11 @@ def _loop_lag(metrics: Metrics):  # type: ignore[no-untyped-def]
 
 
 @contextlib.asynccontextmanager
-async def _serving_metrics(config: Config, handler: Handler) -> AsyncIterator[None]:
+async def _serving_metrics(config: Config, metrics: Metrics, live: LiveConfig) -> AsyncIterator[None]:
     mapp = web.Application()
-    mapp.router.add_get(config.metrics.path, handler)
+    mapp.router.add_get(config.metrics.path, _metrics_handler(metrics))
+    if _page_fits([config.metrics.path]):
+        status_page.add_routes(mapp.router, status_page.StatusPage(live, metrics.recent))
     runner = web.AppRunner(mapp, access_log=None)
     await runner.setup()
     try:
@@ -273,9 +295,9 @@ async def _serving_metrics(config: Config, handler: Handler) -> AsyncIterator[No
         await runner.cleanup()
 
 
-def _metrics_listener(config: Config, handler: Handler):  # type: ignore[no-untyped-def]
+def _metrics_listener(config: Config, metrics: Metrics, live: LiveConfig):  # type: ignore[no-untyped-def]
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        async with _serving_metrics(config, handler):
+        async with _serving_metrics(config, metrics, live):
             yield
 
     return ctx

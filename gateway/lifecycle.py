@@ -20,6 +20,7 @@ import gc
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from multiprocessing.connection import Connection
 from typing import Any
@@ -110,7 +111,7 @@ class Gateway:
         switch = Switch(app)
         self.listener = Listener(switch, Guard.of(config.limits), listen_ssl(config))
         try:
-            async with process_metrics(config, self.metrics):
+            async with process_metrics(config, self.metrics, lambda: self.loaded.config):
                 bound = await self.listener.start(self.host, self.port, self._reuse_port)
                 await self._serve(bound)
         finally:
@@ -320,6 +321,7 @@ class Gateway:
                 # With worker processes a value stays in the shared files: zero is all there is.
                 m.config_info.remove(previous)
         m.config_info.labels(loaded.digest).set(1)
+        m.config_loaded.set(time.time())
         self.loaded = loaded
         log.info("configuration %s is live (%s)", loaded.digest, self.source.describe())
 

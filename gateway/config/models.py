@@ -120,8 +120,7 @@ class Limits(_Strict):
     min_body_rate_bytes_s: int = Field(4096, gt=0)
     body_rate_grace_s: float = Field(10.0, gt=0)
     max_unfinished_bodies_per_client: int = Field(32, gt=0)  # the client as the access log names it
-    # An idle keep-alive connection is closed after this long.
-    client_keepalive_timeout_s: float = Field(75.0, gt=0)
+    client_keepalive_timeout_s: float = Field(75.0, gt=0)  # an idle keep-alive connection is closed then
     # All header lines of one request together.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     # Request bodies held in memory at once, all clients together.
@@ -302,6 +301,7 @@ class Config(_Strict):
     shutdown: Shutdown = Field(default_factory=Shutdown)
     tracing: Tracing | None = None
     responses_store: ResponsesStore = Field(default_factory=ResponsesStore)
+    ui: bool = True  # the status page at /ui/ (on the metrics listener when metrics.port is set)
     # The priority of each InferenceObjective of the pool (its spec.priority: higher goes first),
     # by the name requests carry in the Inference Extension's objective header.
     inference_objectives: dict[str, int] = Field(default_factory=dict)
