@@ -30,10 +30,13 @@ def held_back(text: str, words: Sequence[str]) -> int:
     """Length of the longest end of `text` that one of `words` begins with (and is longer than)."""
     longest = 0
     for word in words:
-        for k in range(min(len(text), len(word) - 1), longest, -1):
-            if word.startswith(text[-k:]):
-                longest = k
+        # Such an end starts with the word's first character: look only where one is.
+        at = text.find(word[0], max(len(text) - len(word) + 1, 0))
+        while at >= 0:
+            if len(text) - at > longest and word.startswith(text[at:]):
+                longest = len(text) - at
                 break
+            at = text.find(word[0], at + 1)
     return longest
 
 

@@ -7,7 +7,8 @@ list of calls with keyword arguments, literals only; Llama 4 may wrap it in
 Each argument is read with `ast` when it is complete and turned into JSON (a tuple or set
 becomes a list; `true`, `false` and `null` are taken for Python's own); nothing is evaluated.
 An argument that is no literal, a positional argument or a repeated one make the call
-malformed. As in vLLM, the list counts only at the start of the answer.
+malformed. As in vLLM, the list counts only at the start of the answer; a call goes out with
+its first argument (or its closing parenthesis), so that a bracket in prose is never a call.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ _FORCED = (Marker("[", CallListReader, consumed=False, start_only=True),)
 
 @dataclass(frozen=True, slots=True)
 class ToolParser:
+    """One format: the markers that open its calls and their readers, how its models write a
+    call, the kind of id its calls get."""
+
     name: str
     markers: tuple[Marker, ...]
     writer: Callable[[str, Mapping[str, Any]], str]
