@@ -215,3 +215,23 @@ def write_pem(folder: Path, name: str, cert: Cert) -> tuple[str, str]:
     )
     c.write_bytes(cert[1].public_bytes(serialization.Encoding.PEM))
     return str(c), str(k)
+
+
+# ---- tool-call parsers -----------------------------------------------------------------------
+
+
+def counting_ids() -> Callable[[], str]:
+    """Call ids `call_0`, `call_1`, ... in order: the same for two readings of one answer."""
+    count = iter(range(1_000_000))
+    return lambda: f"call_{next(count)}"
+
+
+def read_in_pieces(parser: Any, pieces: list[str], tools: Any = None, **options: Any) -> Any:
+    """A tool-call parser's stream fed `pieces`, then closed: the events merged into a whole
+    answer (gateway.adapters.toolcalls.Parsed)."""
+    from gateway.adapters.toolcalls import merge
+
+    stream = parser.stream(tools, ids=counting_ids(), **options)
+    events = [ev for piece in pieces for ev in stream.feed(piece)]
+    events += stream.close()
+    return merge(events, stream.failures)
