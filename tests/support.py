@@ -271,3 +271,23 @@ def redis_server_binary() -> str | None:
         subprocess.run(["apt-get", "update", "-qq"], check=False, capture_output=True, env=env)
         subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=False, capture_output=True, env=env)
     return shutil.which("redis-server")
+
+
+# ---- tool-call parsers -----------------------------------------------------------------------
+
+
+def counting_ids() -> Callable[[], str]:
+    """Call ids `call_0`, `call_1`, ... in order: the same for two readings of one answer."""
+    count = iter(range(1_000_000))
+    return lambda: f"call_{next(count)}"
+
+
+def read_in_pieces(parser: Any, pieces: list[str], tools: Any = None, **options: Any) -> Any:
+    """A tool-call parser's stream fed `pieces`, then closed: the events merged into a whole
+    answer (gateway.adapters.toolcalls.Parsed)."""
+    from gateway.adapters.toolcalls import merge
+
+    stream = parser.stream(tools, ids=counting_ids(), **options)
+    events = [ev for piece in pieces for ev in stream.feed(piece)]
+    events += stream.close()
+    return merge(events, stream.failures)
