@@ -451,3 +451,21 @@ def test_passthrough_read_of_the_role_chunk_is_no_token() -> None:
     assert [type(e).__name__ for e in p.feed(events[0])] == ["Frame"]
     assert [type(e).__name__ for e in p.feed(events[1])] == ["Frame", "TextDelta"]
     assert [type(e).__name__ for e in p.feed(events[0] + events[1])] == ["Frame", "TextDelta"]
+
+
+async def test_a_forwarded_body_loses_what_the_public_api_lacks_and_says_so(upstream, make_gateway):
+    """The public API refuses a field it does not know: a vLLM-style hint is taken out of the
+    forwarded body (and named), everything else goes as sent, the model renamed."""
+    from tests.conftest import one_route
+    from tests.fixtures.openai.wire import raw
+    from tests.support import raw_reply
+
+    upstream.reply = raw_reply(raw("chat_response.json"))
+    gw = await make_gateway(one_route("openai", "openai", upstream.url, model="gpt-x"))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_k": 3, "min_p": 0.1, "vendor": 1}
+    resp = await gw.post("/v1/chat/completions", json=body)
+    assert resp.status == 200
+    assert resp.headers["X-Gateway-Dropped-Params"] == "min_p,top_k"
+    assert upstream.last.json == {"model": "gpt-x", "messages": body["messages"], "vendor": 1}
+    refused = await gw.post("/v1/chat/completions", json={**body, "stop_token_ids": [2]})
+    assert refused.status == 400 and "stop_token_ids" in (await refused.json())["error"]["message"]

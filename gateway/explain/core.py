@@ -231,10 +231,14 @@ def _params(
         shown = _plain(value)
         fate = fate_of(name, value, fates)
         if plan is not None and plan.passthrough:
+            if name in plan.dropped:
+                why = _WHY[Fate.DROP] + ": its field is taken out of the body forwarded"
+                out.append(ParamFate(name, shown, Fate.DROP.value, (), why))
+                continue
             why = "the body goes to the backend as the client sent it"
             if fate in (Fate.DROP, Fate.REFUSE):
-                # The policy is not applied to a pass-through; where it would have stepped in is
-                # what surprises a client whose backend then refuses the field.
+                # A dialect whose forwarded bodies the gateway does not trim: where the policy
+                # would have stepped in is what surprises a client whose backend then refuses it.
                 why += (
                     ", though the backend's dialect has no such field: the backend judges it "
                     f"(translated, it would be {_WOULD[fate]})"
