@@ -13,21 +13,35 @@ CPU of a relayed request. Parsing answers, the part HTTP gets wrong when done by
 httptools' (llhttp, as Node.js has it).
 """
 
-from gateway.upstream.faults import BadAnswer, Broken, ConnectFailed, ConnectTimeout, Fault, ReadTimeout, Unsendable
+from gateway.upstream.answer import YIELD_EVERY, Answer
+from gateway.upstream.budget import AnswerBudget, OverBudget
+from gateway.upstream.faults import (
+    BadAnswer,
+    Broken,
+    ConnectFailed,
+    ConnectTimeout,
+    Fault,
+    PoolBusy,
+    ReadTimeout,
+    Unsendable,
+)
 from gateway.upstream.head import Headers
-from gateway.upstream.pool import DEFAULT_HEADERS, YIELD_EVERY, Answer, Pool, Target
+from gateway.upstream.pool import DEFAULT_HEADERS, Pool, Target
 
 __all__ = [
     "DEFAULT_HEADERS",
     "YIELD_EVERY",
     "Answer",
+    "AnswerBudget",
     "BadAnswer",
     "Broken",
     "ConnectFailed",
     "ConnectTimeout",
     "Fault",
     "Headers",
+    "OverBudget",
     "Pool",
+    "PoolBusy",
     "ReadTimeout",
     "Target",
     "Unsendable",
