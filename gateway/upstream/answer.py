@@ -35,8 +35,7 @@ class Answer:
         self.status = conn.status
         self.content_length = conn.length
         self.headers = Headers(conn.raw_head)
-        self._budget: AnswerBudget | None = None
-        self._held = 0  # what `read` took of the budget, given back with the connection
+        self._held = 0  # what `read` took of its budget (`_budget`, then), given back with the connection
 
     async def chunk(self) -> bytes:
         """The body bytes that have come since the last call (decoded), at least one unless the
@@ -69,7 +68,8 @@ class Answer:
                 turn += YIELD_EVERY
                 if budget is not None:
                     budget.take(size - self._held)
-                    self._budget, self._held = budget, size
+                    self._budget: AnswerBudget = budget
+                    self._held = size
                 await asyncio.sleep(0)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -101,6 +101,5 @@ class Answer:
             self._give()
 
     def _give(self) -> None:
-        if self._budget is not None:
-            self._budget.give(self._held)
+        self._budget.give(self._held)
         self._held = 0

@@ -91,24 +91,24 @@ class Connection(asyncio.Protocol):
         if self.done:
             self.reused = True
             self._reset()
-        if timeout is not None or head is not None:
+        if timeout is not None:
             now = self._loop.time()
-            wait = head if head is not None else timeout
-            assert wait is not None
-            due = now + wait
-            watch = due
-            if timeout is not None:
-                end = now + timeout
-                if gap:
-                    self.gap, self.last = timeout, now
-                    if end < due:
-                        watch = end  # its first gap may end before the head's deadline
-                else:
-                    self.end = end
-                    if end < due:
-                        due = watch = end
+            due = end = now + timeout
+            if gap:
+                self.gap, self.last = timeout, now
+            else:
+                self.end = end
+            if head is not None:
+                # The head's own bound: within the whole answer's, or past a stream's first gap
+                # (then the watch looks at the gap's end too, in case the head comes before it).
+                first = now + head
+                if first < end or gap:
+                    due = first
             self.due = due
-            self.pool.watch(watch)
+            self.pool.watch(end if end < due else due)
+        elif head is not None:
+            self.due = self._loop.time() + head
+            self.pool.watch(self.due)
         self.transport.write(data)
 
     def reusable(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import math
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -72,23 +73,24 @@ class Alarm:
     """One timer for many times: armed for the earliest it is told of, it runs `ring`, which
     does what is due and says when it next must (0: never), and arms itself for that."""
 
-    __slots__ = ("_at", "_handle", "_loop", "_ring")
+    __slots__ = ("_handle", "_loop", "_ring", "due")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ring: Callable[[], float]) -> None:
         self._loop = loop
         self._ring = ring
         self._handle: asyncio.TimerHandle | None = None
-        self._at = 0.0
+        self.due = math.inf  # when it rings next
 
     def at(self, when: float) -> None:
-        if self._handle is None or when < self._at:
+        if when < self.due:
             if self._handle is not None:
                 self._handle.cancel()
             self._handle = self._loop.call_at(when, self._rang)
-            self._at = when
+            self.due = when
 
     def _rang(self) -> None:
         self._handle = None
+        self.due = math.inf
         then = self._ring()
         if then:
             self.at(then)
@@ -97,6 +99,7 @@ class Alarm:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        self.due = math.inf
 
 
 class Pool:
@@ -250,7 +253,8 @@ class Pool:
         if keep and conn.keep_s > 0 and not self.closed:
             until = conn.idle_until = self.loop.time() + conn.keep_s
             self._idle.setdefault(conn.key, []).append(conn)
-            self._idle_times.at(until)
+            if until < self._idle_times.due:
+                self._idle_times.at(until)
         else:
             conn.close()
         self._next_turn()
