@@ -533,8 +533,9 @@ async def test_after_a_slow_head_a_streams_gaps_are_bounded_again(pool: up.Pool)
 
     async def handle(peer: Peer) -> None:
         await peer.request()
-        await peer.send(*split(CHUNKED, 8), pause=0.05)  # 0.3 s in all, longer than a gap
-        await peer.send(frame(b"one"))
+        head = split(CHUNKED, 8)
+        await peer.send(*head[:-1], pause=0.05)  # 0.3 s in all, longer than a gap
+        await peer.send(head[-1] + frame(b"one"))
         await peer.rest()  # and then nothing
 
     async with Server(handle) as srv:
