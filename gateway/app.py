@@ -30,6 +30,7 @@ from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
+from gateway.upstream import AnswerBudget
 
 if TYPE_CHECKING:
     from gateway.tracing import Tracing
@@ -38,6 +39,8 @@ log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
+# The room all answers together may hold (limits.max_buffered_answer_bytes), shared by the routes.
+ANSWERS = web.AppKey("answers", AnswerBudget)
 
 
 def create_app(config: Config, metrics: Metrics | None = None) -> web.Application:
@@ -75,9 +78,10 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
     app[READINESS] = readiness
 
     groups: dict[tuple[str, str], RouteGroup] = {}
+    answers = app[ANSWERS] = AnswerBudget(config.limits.max_buffered_answer_bytes)
     for r in config.routes:
         b = backends[r.backend]
-        engine = ProxyEngine(b, config.limits.max_answer_bytes, tracing)
+        engine = ProxyEngine(b, config.limits.max_answer_bytes, answers, tracing)
         route = Route(r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, engine)
         key = (r.dialect, r.prefix)
         groups.setdefault(key, RouteGroup(r.dialect, r.prefix, [], readiness.all_ready)).routes.append(route)
