@@ -436,11 +436,13 @@ def test_stream_parser_truncation_and_raw_text() -> None:
     p = OpenAIStreamParser(True)
     p.feed(b"\n\n".join(frames[:5]) + b"\n\n")
     assert p.close() == []
-    # Raw text in the stream (a server error page) is an error, not silently skipped.
+    # Raw text in the stream (a server error page) is an error, not silently skipped; as the
+    # stream's first line it says the answer is no event stream, and its words are for the log.
     p = OpenAIStreamParser(True)
     with pytest.raises(UpstreamError) as ei:
         p.feed(b"Internal Server Error\n")
-    assert "Internal Server Error" in ei.value.message
+    assert ei.value.message == "backend answered with something other than an event stream"
+    assert "Internal Server Error" in ei.value.detail
 
 
 def test_passthrough_read_of_the_role_chunk_is_no_token() -> None:

@@ -30,7 +30,7 @@ from gateway.proxy.plan import Plan, fate_of, policy, pool_headers
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
 from gateway.proxy.state import MemoryStore, StoreLimits
 from gateway.redact import REDACTED
-from gateway.upstream import Unsendable, shown_url
+from gateway.upstream import AnswerBudget, Unsendable, shown_url
 from gateway.upstream.pool import _request_bytes
 from gateway.upstream.target import join
 
@@ -182,7 +182,8 @@ def _engines(config: Config, conf: RouteConf) -> dict[str, tuple[Route, ProxyEng
         if r.backend not in backends:
             b = config.backends[r.backend]
             backends[r.backend] = build_backend(r.backend, b, registry.get(b.dialect))
-        engine = ProxyEngine(backends[r.backend], config.limits.max_answer_bytes)
+        # Nothing is sent, so no answer takes room: a budget of its own, never used.
+        engine = ProxyEngine(backends[r.backend], config.limits.max_answer_bytes, AnswerBudget(1))
         models = frozenset(r.models) if r.models else None
         out[r.name] = (Route(r.name, r.dialect, r.prefix, models, backends[r.backend], engine), engine)
     return out

@@ -4,7 +4,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
-from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
+from gateway.codec.parsing import PARSE_ERRORS, EventParser, kept, renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
@@ -280,6 +280,7 @@ class OpenAIStreamParser(EventParser):
         # The rest is read event by event.
         head = data[:end]
         self._decoder.skipped()
+        self._began = True
         out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0))]
         if events > 1 or self._empty not in head:
             out.append(A_TOKEN)
@@ -287,7 +288,7 @@ class OpenAIStreamParser(EventParser):
             try:
                 out += super().feed(data[end:])
             except PARSE_ERRORS as e:
-                self._fault = e  # raised at the next read, after what came before it went out
+                self._fault = kept(e)  # raised at the next read, after what came before it went out
         return out
 
     def on_end(self, out: list[Event]) -> None:
