@@ -237,33 +237,18 @@ class ProxyEngine:
         b = self.backend
         conf = b.conf
         for i in b.replicas():
-            url = b.urls[i]
             try:
-                resp = await b.client().request(
-                    self._target(url, path),
-                    "GET",
-                    b.headers,
-                    None,
-                    connect_timeout=conf.connect_timeout_s,
-                    timeout=conf.timeout_s,
+                got = await b.get(
+                    b.urls[i], path, limit=MAX_INFO_BODY, within=conf.timeout_s, connect_s=conf.connect_timeout_s
                 )
             except Fault as e:
                 if isinstance(e, (ConnectFailed, ConnectTimeout)):
                     self._head_fault(e, i, False)
                     continue
                 raise self._head_fault(e, i, False) from None
-            try:
-                body = await resp.read(MAX_INFO_BODY)
-            except Fault as e:
-                raise logged(
-                    b, i, fault_error(b, e, f"did not finish its answer within {conf.timeout_s:g}s"), e
-                ) from None
-            finally:
-                resp.release()
-            if body is None:
+            if got.body is None:
                 raise UpstreamError(f"backend {b.name!r} answered {path} with more than {MAX_INFO_BODY} bytes")
-            kind = resp.headers.get("Content-Type", "application/json")
-            return Reply(resp.status, REDACT(body.decode("utf-8", "replace")).encode(), kind)
+            return Reply(got.status, REDACT(got.body.decode("utf-8", "replace")).encode(), got.content_type)
         raise UpstreamConnectError(f"backend {b.name!r} is unreachable", kind=Kind.UNAVAILABLE)
 
     # ---- whole answers -----------------------------------------------------------------------
