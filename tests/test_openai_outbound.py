@@ -377,7 +377,7 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
     """However the stream is cut into reads, a pass-through client gets its bytes unchanged,
     and the parser reports the same finish and usage (leading token-only events of a read
     go out undecoded, so only their presence is reported)."""
-    from gateway.dialects.openai import render
+    from gateway.dialects.openai import render, stream
 
     def run(cuts: list[int], include_usage: bool) -> tuple[bytes, list[tuple[Any, ...]]]:
         p = OpenAIStreamParser(True, passthrough=True)
@@ -389,7 +389,7 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
             stream=True,
             include_usage=include_usage,
         )
-        r = render.PassthroughStream(render.OPENAI, req)
+        r = stream.PassthroughStream(render.OPENAI, req)
         got, seen = r.start(), []
         bounds = [0, *cuts, len(data)]
         for a, b in itertools.pairwise(bounds):
