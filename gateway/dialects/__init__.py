@@ -16,5 +16,5 @@ the same files for the same jobs:
 A dialect with more to say keeps it in a file named for it: `stream.py` (a stream renderer too
 large to share render.py), the Responses API's `items.py` (its input items) and `stored.py` /
 `state.py` (what it keeps between requests), Triton's `flavors.py` (its backend families) and
-`simulated.py` (a simulated server of each family).
+`simulated.py` (a simulated server of each family), Anthropic's `blocks.py` (its content blocks).
 """
