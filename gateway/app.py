@@ -6,18 +6,21 @@ live in the app's cleanup_ctx, so tests and the CLI share one lifecycle.
 A serving process may run several apps one after another, one per configuration it loads
 (gateway.lifecycle): those share one `Metrics`, and what belongs to the process rather than to a
 configuration (the event-loop lag watch, a separate metrics listener) runs in `process_metrics`.
+The status page (gateway.status) is on the metrics listener when there is one, else on the app's.
 """
 
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from gateway.adapters import template_for, tokenizer_for
-from gateway.config import Config
+from gateway.codec.contract import StateStore
+from gateway.config import Config, route_paths
 from gateway.dialects import registry
 from gateway.health import READINESS, Readiness, healthz, readyz
 from gateway.logs import install_redaction
@@ -25,11 +28,13 @@ from gateway.metrics import CONTENT_TYPE, Metrics, multiprocess_dir, watch_loop_
 from gateway.neutral.errors import GatewayError
 from gateway.proxy import poolmember
 from gateway.proxy.engine import ProxyEngine
-from gateway.proxy.exchange import SERVICES, Services
 from gateway.proxy.mounting import ErrorShapes, error_middleware, mount
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
+from gateway.proxy.services import SERVICES, Services
+from gateway.proxy.state import Closes, make_store
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
+from gateway.status import page as status_page
 from gateway.upstream import AnswerBudget
 
 if TYPE_CHECKING:
@@ -39,13 +44,15 @@ log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
+LiveConfig = Callable[[], Config | None]
 # The room all answers together may hold (limits.max_buffered_answer_bytes), shared by the routes.
 ANSWERS = web.AppKey("answers", AnswerBudget)
 
 
-def create_app(config: Config, metrics: Metrics | None = None) -> web.Application:
+def create_app(config: Config, metrics: Metrics | None = None, store: StateStore | None = None) -> web.Application:
     """The gateway app for `config`. Given `metrics`, the caller owns them and runs their
-    process-wide parts itself (`process_metrics`); otherwise the app makes and runs its own."""
+    process-wide parts itself (`process_metrics`); otherwise the app makes and runs its own.
+    Given `store`, what stateful APIs keep outlives the app (a reload keeps it)."""
     shapes = ErrorShapes()
     app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[error_middleware(shapes)])
     own_metrics = metrics is None
@@ -56,11 +63,19 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
     REDACT.add(config.auth.keys() if config.auth else ())
     for conf in config.backends.values():
         REDACT.add(secret_header_values(conf.headers))
-    svc = Services.of(metrics, config.limits, config.auth.keys() if config.auth else None)
-    svc.trusted_proxies = config.listen.proxy_networks()
-    svc.objectives = dict(config.inference_objectives)
-    app[SERVICES] = svc
-    tracing = svc.tracing = _tracing(config)
+    tracing = _tracing(config)
+    kept = store if store is not None else make_store(config.responses_store)
+    if store is None and isinstance(kept, Closes):
+        app.on_cleanup.append(_closing(kept))
+    app[SERVICES] = Services.of(
+        metrics,
+        config.limits,
+        config.auth.keys() if config.auth else None,
+        trusted_proxies=config.listen.proxy_networks(),
+        objectives=config.inference_objectives,
+        store=kept,
+        tracing=tracing,
+    )
     backends = {name: build_backend(name, b, registry.get(b.dialect)) for name, b in config.backends.items()}
     for b in backends.values():
         REDACT.add(b.egress.secrets())  # its proxy's credentials, from its config or the environment
@@ -87,6 +102,7 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
         groups.setdefault(key, RouteGroup(r.dialect, r.prefix, [], readiness.all_ready)).routes.append(route)
     for (dialect, prefix), group in groups.items():
         inbound = registry.get(dialect).inbound
+        assert inbound is not None, "the config lets a route take only a dialect with its inbound half"
         mount(app.router, prefix, group, inbound)
         shapes.add(prefix, inbound)
 
@@ -95,8 +111,11 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
 
     if config.metrics.port is None:
         app.router.add_get(config.metrics.path, _metrics_handler(metrics))
+        mounted = [config.metrics.path, *(p for paths in route_paths(config).values() for _, p in paths)]
+        if config.ui and _page_fits(mounted):
+            status_page.add_routes(app.router, status_page.StatusPage(lambda: config, metrics.recent))
     elif own_metrics:
-        app.cleanup_ctx.append(_metrics_listener(config, _metrics_handler(metrics)))
+        app.cleanup_ctx.append(_metrics_listener(config, metrics, lambda: config))
 
     if tracing is not None:
         app.cleanup_ctx.append(_traces(tracing))  # stopped after the backends' connections
@@ -115,14 +134,25 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
 
 
 @contextlib.asynccontextmanager
-async def process_metrics(config: Config, metrics: Metrics) -> AsyncIterator[None]:
+async def process_metrics(config: Config, metrics: Metrics, live: LiveConfig | None = None) -> AsyncIterator[None]:
     """For apps made with a shared `metrics`: the event-loop lag watch, and the separate metrics
-    listener when `metrics.port` is set (on the port and path `config` gives)."""
+    listener when `metrics.port` is set (on the port and path `config` gives), with the status
+    page of the configuration `live` says is live (by default `config`)."""
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(_watching_loop_lag(metrics))
         if config.metrics.port is not None:
-            await stack.enter_async_context(_serving_metrics(config, _metrics_handler(metrics)))
+            await stack.enter_async_context(_serving_metrics(config, metrics, live or (lambda: config)))
         yield
+
+
+def _page_fits(paths: list[str]) -> bool:
+    """Whether the status page can be served beside these paths (the port's routes, metrics):
+    none of them may be under its prefix, whose owner keeps it (and a warning says so)."""
+    prefix = status_page.PREFIX
+    taken = [p for p in paths if p == prefix or p.startswith(prefix + "/")]
+    if taken:
+        log.warning("the status page is not served: %s is mounted there, under its %s/", taken[0], prefix)
+    return not taken
 
 
 def _metrics_handler(metrics: Metrics) -> Handler:
@@ -136,10 +166,11 @@ def _watch_backend(b: Backend, metrics: Metrics) -> None:
     """The backend's replica states and queue length, as metrics."""
     if not metrics.enabled:
         return
-    up = metrics.replica_up
+    up, until = metrics.replica_up, metrics.replica_ejected_until
 
     def changed(replica: int, is_up: bool) -> None:
         up.labels(b.name, str(replica)).set(1 if is_up else 0)
+        until.labels(b.name, str(replica)).set(0 if is_up else time.time() + b.health.back_in(replica))
 
     b.health.watch(changed)
     if b.gate is not None:
@@ -184,8 +215,8 @@ def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def
         runners = []
         for b in backends:
             # The simulator imitates the server the backend's options describe (Triton's flavour).
-            sim = create_sim_app(b.conf.dialect, options=b.conf.options)
-            sim[SERVICES].access_log = False  # the gateway's own line for the request is enough
+            # No access line of its own: the gateway's line for the request is enough.
+            sim = create_sim_app(b.conf.dialect, options=b.conf.options, access_log=False)
             runner = web.AppRunner(sim, handler_cancellation=True, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -235,6 +266,7 @@ async def _watching_loop_lag(metrics: Metrics) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await metrics.recent.close()
         # What was recorded last, into the values the process leaves behind (a worker's stay
         # in the shared folder for the others' scrapes).
         metrics.flush()
@@ -249,9 +281,11 @@ def _loop_lag(metrics: Metrics):  # type: ignore[no-untyped-def]
 
 
 @contextlib.asynccontextmanager
-async def _serving_metrics(config: Config, handler: Handler) -> AsyncIterator[None]:
+async def _serving_metrics(config: Config, metrics: Metrics, live: LiveConfig) -> AsyncIterator[None]:
     mapp = web.Application()
-    mapp.router.add_get(config.metrics.path, handler)
+    mapp.router.add_get(config.metrics.path, _metrics_handler(metrics))
+    if _page_fits([config.metrics.path]):
+        status_page.add_routes(mapp.router, status_page.StatusPage(live, metrics.recent))
     runner = web.AppRunner(mapp, access_log=None)
     await runner.setup()
     try:
@@ -265,9 +299,16 @@ async def _serving_metrics(config: Config, handler: Handler) -> AsyncIterator[No
         await runner.cleanup()
 
 
-def _metrics_listener(config: Config, handler: Handler):  # type: ignore[no-untyped-def]
+def _metrics_listener(config: Config, metrics: Metrics, live: LiveConfig):  # type: ignore[no-untyped-def]
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        async with _serving_metrics(config, handler):
+        async with _serving_metrics(config, metrics, live):
             yield
 
     return ctx
+
+
+def _closing(store: Closes) -> Callable[[web.Application], Awaitable[None]]:
+    async def close(app: web.Application) -> None:
+        await store.aclose()
+
+    return close

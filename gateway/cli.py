@@ -1,4 +1,4 @@
-"""Command line: `gateway serve`, `gateway check-config`, `gateway simulate`."""
+"""Command line: `gateway serve`, `gateway check-config`, `gateway explain`, `gateway simulate`."""
 
 import argparse
 import logging
@@ -80,6 +80,47 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Exit 0 when the request is explained (a request the gateway would refuse included: the
+    explanation shows the client's error), 2 when it cannot be (the config, the route, the path,
+    the request file or a --header)."""
+    import asyncio
+
+    from gateway.explain import ExplainError, explain, render_json, render_text
+    from gateway.reload import ConfigSource
+
+    try:
+        config = ConfigSource.given(args.config).load().config
+    except ConfigError as e:
+        return _config_failed(e)
+    try:
+        if args.request == "-":
+            body = sys.stdin.buffer.read()
+        else:
+            with open(args.request, "rb") as f:
+                body = f.read()
+    except OSError as e:
+        print(f"{args.request}: cannot read: {e.strerror}", file=sys.stderr)
+        return 2
+    headers: list[tuple[str, str]] = []
+    for given in args.header:
+        name, colon, value = given.partition(":")
+        if not colon or not name.strip():
+            print(f"--header {given!r}: expected 'Name: value'", file=sys.stderr)
+            return 2
+        headers.append((name.strip(), value.strip()))
+    try:
+        explained = asyncio.run(explain(config, args.route, args.path, body, dict(headers)))
+    except ExplainError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.buffer.write(render_json(explained) + b"\n")
+    else:
+        sys.stdout.write(render_text(explained))
+    return 0
+
+
 def sim_options(pairs: list[str]) -> dict[str, Any]:
     """`--option NAME=VALUE` pairs; a value is JSON when it parses as JSON, else a string."""
     out: dict[str, Any] = {}
@@ -137,6 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-config", help="validate a config file and print its routes")
     c.add_argument("file")
     c.set_defaults(func=cmd_check_config)
+
+    x = sub.add_parser("explain", help="show what the gateway would do with a client request, without sending anything")
+    x.add_argument("--config", help="config file (default: $GATEWAY_CONFIG, else the embedded default)")
+    x.add_argument("--route", required=True, help="the route the request is sent to, by name")
+    x.add_argument("--path", help="which of the route's inference paths (default: its chat path, or its only one)")
+    x.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="a header of the client's request (X-Request-Id, the Inference Extension's); repeatable",
+    )
+    x.add_argument("--json", action="store_true", help="print the explanation as JSON (docs/explain.md)")
+    x.add_argument("request", help="the client's request body (a file; - for standard input)")
+    x.set_defaults(func=cmd_explain)
 
     m = sub.add_parser("simulate", help="run a simulated inference server")
     m.add_argument("--dialect", required=True)

@@ -26,20 +26,17 @@ def load_config(path: str | Path) -> Config:
 
 
 def embedded_default() -> Config:
-    """The config used when none is given: every dialect mounted, on simulated backends.
-
-    OpenAI and MindIE share /v1/chat/completions, so MindIE's routes sit under /mindie. Triton
-    clients are answered through the OpenAI simulator: a simulated Triton server imitates
-    TensorRT-LLM, which echoes the prompt unless asked not to, a poor first sight of the gateway.
-    """
+    """The config used when none is given: every dialect clients speak, mounted where its `Demo`
+    says, in front of a simulated backend (of its own dialect unless the demo names another)."""
     backends: dict[str, Any] = {}
     routes: list[dict[str, Any]] = []
-    names = registry.available()
-    for name in names:
-        backend = "sim-openai" if name == "triton" and "openai" in names else f"sim-{name}"
-        backends[backend] = {"dialect": backend.removeprefix("sim-"), "simulate": True, "model": "sim-model"}
+    for name in registry.inbound_names():
+        demo = registry.get(name).demo
+        served_by = demo.backend or name
+        backend = f"sim-{served_by}"
+        backends[backend] = {"dialect": served_by, "simulate": True, "model": "sim-model"}
         route: dict[str, Any] = {"name": name, "dialect": name, "backend": backend}
-        if name == "mindie":
-            route["prefix"] = "/mindie"
+        if demo.prefix:
+            route["prefix"] = demo.prefix
         routes.append(route)
     return parse_config({"listen": {"host": "127.0.0.1", "port": 8080}, "backends": backends, "routes": routes})

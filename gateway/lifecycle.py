@@ -20,16 +20,19 @@ import gc
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from multiprocessing.connection import Connection
 from typing import Any
 
 from gateway import logs
 from gateway.app import create_app, process_metrics
+from gateway.codec.contract import StateStore
 from gateway.config import Config, ConfigError
 from gateway.health import READINESS
 from gateway.metrics import Metrics, multiprocess_dir
 from gateway.protocol import Guard
+from gateway.proxy.state import make_store
 from gateway.reload import ConfigSource, Loaded
 from gateway.server import Listener, Switch, drain, listen_ssl, reload_ssl, start_app, stop_app, stop_signals
 
@@ -84,6 +87,8 @@ class Gateway:
         self._on_ready = on_ready
         self._commands = commands  # under --workers: the parent's word (LOAD, REJECTED)
         self.metrics = Metrics()
+        # What stateful APIs keep, made once per `responses_store` setting: a reload keeps it.
+        self._stores: dict[str, StateStore] = {}
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._why = "stopping"
@@ -92,15 +97,21 @@ class Gateway:
         self._watcher: asyncio.Task[None] | None = None
         self.listener: Listener | None = None
 
+    def _store(self, config: Config) -> StateStore:
+        key = config.responses_store.model_dump_json()
+        if key not in self._stores:
+            self._stores = {key: make_store(config.responses_store)}
+        return self._stores[key]
+
     async def run(self) -> None:
         """Serve until told to stop, then drain."""
         config = self.loaded.config
-        app = create_app(config, self.metrics)
+        app = create_app(config, self.metrics, self._store(config))
         await start_app(app)
         switch = Switch(app)
         self.listener = Listener(switch, Guard.of(config.limits), listen_ssl(config))
         try:
-            async with process_metrics(config, self.metrics):
+            async with process_metrics(config, self.metrics, lambda: self.loaded.config):
                 bound = await self.listener.start(self.host, self.port, self._reuse_port)
                 await self._serve(bound)
         finally:
@@ -235,7 +246,7 @@ class Gateway:
     async def _go_live(self, loaded: Loaded) -> None:
         assert self.listener is not None
         config = self._fixed(loaded.config)
-        app = create_app(config, self.metrics)
+        app = create_app(config, self.metrics, self._store(config))
         try:
             await start_app(app)
         except Exception as e:
@@ -310,6 +321,7 @@ class Gateway:
                 # With worker processes a value stays in the shared files: zero is all there is.
                 m.config_info.remove(previous)
         m.config_info.labels(loaded.digest).set(1)
+        m.config_loaded.set(time.time())
         self.loaded = loaded
         log.info("configuration %s is live (%s)", loaded.digest, self.source.describe())
 

@@ -16,6 +16,9 @@ scrape of any worker aggregates them all (see `exposition`). A single process ne
 
 Pool-member mode (`metrics: {model_server_gauges: true}`) adds the vLLM-named gauges the Gateway
 API Inference Extension's endpoint picker reads from a model-server pod (gateway.modelserver).
+
+The status page reads the last minute of a few of these series (`Metrics.recent`, sampled off
+the request path while the page is watched; gateway.recent), every worker's when there are several.
 """
 
 import asyncio
@@ -25,11 +28,14 @@ import os
 import time
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.modelserver import ModelServerGauges
+from gateway.recent import Recent
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -40,13 +46,25 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
-UPSTREAM_ERROR_CLASSES = ("connect", "timeout", "status_4xx", "status_5xx", "protocol", "midstream")
-DISCONNECT_PHASES = ("before_first_token", "streaming")
 LAG_INTERVAL_S = 0.25
 # How long what the request path records may wait before it is in prometheus-client's values
 # (where a scrape of another worker process reads it).
 FLUSH_S = 0.05
 LAG_WINDOW_S = 10.0
+# What the status page reads (gateway.recent).
+RECENT_SERIES = (
+    "gateway_requests_total",
+    "gateway_time_to_first_token_seconds_bucket",
+    "gateway_inter_token_latency_seconds_bucket",
+    "gateway_in_flight_requests",
+    "gateway_upstream_errors_total",
+    "gateway_client_disconnects_total",
+    "gateway_backend_replica_up",
+    "gateway_backend_replica_ejected_until_timestamp_seconds",
+    "gateway_backend_queued_requests",
+    "gateway_config_info",
+    "gateway_config_loaded_timestamp_seconds",
+)
 
 
 def multiprocess_dir() -> str | None:
@@ -246,6 +264,15 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemin",
         )
+        # When an ejected replica gets its next trial request; 0 while it takes requests. With
+        # worker processes, the latest of theirs (each worker ejects on its own).
+        self.replica_ejected_until = Gauge(
+            "gateway_backend_replica_ejected_until_timestamp_seconds",
+            "Unix time an ejected backend replica is next tried (0 while it takes requests)",
+            ["backend", "replica"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         # Requests waiting for one of a backend's max_concurrent slots.
         self.queued = Gauge(
             "gateway_backend_queued_requests",
@@ -268,6 +295,26 @@ class Metrics:
             ["hash"],
             registry=r,
             multiprocess_mode="livemax",
+        )
+        self.config_loaded = Gauge(
+            "gateway_config_loaded_timestamp_seconds",
+            "Unix time the live configuration went live",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.recent = Recent(RECENT_SERIES, self._read_recent, self.flush)
+        self._recent_families = (
+            self.requests,
+            self.ttft,
+            self.itl,
+            self.in_flight,
+            self.upstream_errors,
+            self.disconnects,
+            self.replica_up,
+            self.replica_ejected_until,
+            self.queued,
+            self.config_info,
+            self.config_loaded,
         )
 
     def route(self, route: str, backend: str) -> RouteMetrics:
@@ -309,6 +356,14 @@ class Metrics:
         key = (route, backend, inbound, outbound, status)
         self._counted[key] = self._counted.get(key, 0) + 1
         self.due()
+
+    def _read_recent(self) -> Iterable[Metric]:
+        """(In a thread) the families that hold RECENT_SERIES: this process's, or every
+        worker's in multi-process mode."""
+        path = multiprocess_dir()
+        if path is None:
+            return [f for c in self._recent_families for f in c.collect()]
+        return MultiProcessCollector(None, path=path).collect()  # type: ignore[no-untyped-call,no-any-return]
 
     def exposition(self) -> bytes:
         """The text a scrape returns: this registry, or every worker's values in multi-process mode."""

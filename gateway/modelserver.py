@@ -1,15 +1,20 @@
 """The vLLM-named gauges of pool-member mode (`metrics: {model_server_gauges: true}`): what the
 Gateway API Inference Extension's endpoint picker reads from a model-server pod. Requests running
 and waiting are the gateway's own count; the KV cache's use is the backend's own figure, from its
-metrics page (gateway.proxy.poolmember reads it). docs/deployment.md has the names, what each
+metrics page, which each family of servers writes its own way (the page readers here; each
+backend dialect says which family its servers are, and gateway.proxy.poolmember reads the
+page). docs/deployment.md has the names, what each
 counts and where they come from.
 """
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from gateway.records import record
 
@@ -108,3 +113,123 @@ class ModelServerGauges:
 
     def load(self, model_name: str) -> BackendLoad:
         return BackendLoad(self.running.labels(model_name), self.waiting.labels(model_name))
+
+
+# ---- what model servers' metrics pages say of their KV cache -------------------------------
+
+# Sample name -> the samples of that name a page holds (finite values only).
+Samples = dict[str, list[Sample]]
+Reader = Callable[[Samples], KvCache | None]
+
+
+def _fraction(samples: Samples, name: str) -> float | None:
+    """The fullest of the series called `name` (several engines or models: the one the picker
+    should fear most), when it is a fraction; None when there is none or it is out of range."""
+    values = [s.value for s in samples.get(name, ())]
+    if not values:
+        return None
+    v = max(values)
+    return v if 0.0 <= v <= 1.0 else None
+
+
+def _int_label(sample: Sample, label: str) -> int | None:
+    value = sample.labels.get(label, "")
+    return int(value) if value.isdigit() else None
+
+
+def read_vllm(samples: Samples) -> KvCache | None:
+    """vLLM (`vllm:kv_cache_usage_perc`, before 0.9 `vllm:gpu_cache_usage_perc`; block size and
+    count as labels of `vllm:cache_config_info`) and SGLang (`sglang:token_usage`, with
+    `sglang:cache_config_info{page_size, num_pages}`)."""
+    for usage_name, info_name, size, count in (
+        ("vllm:kv_cache_usage_perc", "vllm:cache_config_info", "block_size", "num_gpu_blocks"),
+        ("vllm:gpu_cache_usage_perc", "vllm:cache_config_info", "block_size", "num_gpu_blocks"),
+        ("sglang:token_usage", "sglang:cache_config_info", "page_size", "num_pages"),
+    ):
+        usage = _fraction(samples, usage_name)
+        if usage is None:
+            continue
+        for info in samples.get(info_name, ()):
+            return KvCache(usage, _int_label(info, size), _int_label(info, count))
+        return KvCache(usage)
+    return None
+
+
+TRTLLM_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
+
+
+def read_trtllm(samples: Samples) -> KvCache | None:
+    """Triton's TensorRT-LLM backend: `nv_trt_llm_kv_cache_block_metrics`, one series per
+    `kv_cache_block_type`: `fraction` (newer releases), else `used` over `max`; `tokens_per` is
+    the block size and `max` the number of blocks."""
+    by_type: dict[str, float] = {}
+    for s in samples.get(TRTLLM_BLOCKS, ()):
+        kind = s.labels.get("kv_cache_block_type", "")
+        by_type[kind] = max(by_type.get(kind, s.value), s.value)
+    usage = by_type.get("fraction")
+    if usage is None and by_type.get("max") and "used" in by_type:
+        usage = by_type["used"] / by_type["max"]
+    if usage is None or not 0.0 <= usage <= 1.0:
+        return None
+    size, count = by_type.get("tokens_per"), by_type.get("max")
+    return KvCache(usage, int(size) if size else None, int(count) if count else None)
+
+
+def read_mindie(samples: Samples) -> KvCache | None:
+    """MindIE's service metrics (MIES_SERVICE_MONITOR_MODE=1): `npu_cache_usage_perc`, the
+    share of NPU KV-cache blocks in use. It says nothing of the block size."""
+    usage = _fraction(samples, "npu_cache_usage_perc")
+    return None if usage is None else KvCache(usage)
+
+
+@record
+class PageKind:
+    """What one family of servers says of its KV cache on its metrics page, and how to read it."""
+
+    name: str
+    names: frozenset[str]  # the metric names the reader looks at; the rest of a page is skipped
+    read: Reader
+
+
+VLLM_PAGE = PageKind(
+    "vLLM or SGLang",
+    frozenset(
+        {
+            "vllm:kv_cache_usage_perc",
+            "vllm:gpu_cache_usage_perc",
+            "vllm:cache_config_info",
+            "sglang:token_usage",
+            "sglang:cache_config_info",
+        }
+    ),
+    read_vllm,
+)
+TRTLLM_PAGE = PageKind("TensorRT-LLM", frozenset({TRTLLM_BLOCKS}), read_trtllm)
+MINDIE_PAGE = PageKind("MindIE", frozenset({"npu_cache_usage_perc"}), read_mindie)
+
+
+def parse_page(text: str, names: frozenset[str]) -> Samples:
+    """The samples of `names` on a Prometheus text page. Only their lines are parsed: a vLLM page
+    is mostly histograms, and the parser is pure Python."""
+    keep: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] in names:
+                keep.append(line)
+        elif line.partition("{")[0].partition(" ")[0] in names:
+            keep.append(line)
+    out: Samples = {}
+    for family in text_string_to_metric_families("\n".join(keep) + "\n"):
+        for sample in family.samples:
+            if math.isfinite(sample.value):
+                out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def read_page(kind: PageKind, text: str) -> KvCache | None:
+    """The KV-cache figure a page of `kind`'s servers gives; None when it gives none."""
+    try:
+        return kind.read(parse_page(text, kind.names))
+    except ValueError:  # not a Prometheus text page
+        return None

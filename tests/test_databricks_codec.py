@@ -32,7 +32,7 @@ def raw(name: str) -> bytes:
 
 def test_chat_request_fixture_parses_every_field():
     req = inbound.parse_invocation(raw("chat_request.json"))
-    assert req.task is Task.CHAT and req.inbound == "databricks" and req.stream is False
+    assert req.task is Task.CHAT and req.wire == "databricks" and req.stream is False
     body = fixture("chat_request.json")
     assert dict(req.params.items()) == {
         "temperature": 0.7,
@@ -177,7 +177,7 @@ def test_error_reply_codes(err, status, code):
 
 
 def _req(task: Task, **kw: Any) -> Request:
-    return Request(task=task, inbound="databricks", **kw)
+    return Request(task=task, wire="databricks", **kw)
 
 
 def test_render_chat_exact():
@@ -292,13 +292,13 @@ OUT = DatabricksOutbound()
 def _build(req: Request, backend: BackendView) -> UpstreamCall:
     """The upstream call for `req`, forwarded as it is only when the client spoke Databricks."""
     variant = OUT.carriage(req, backend).variant
-    return OUT.build(Outgoing(req, backend, "r1", req.inbound == backend.dialect, variant))
+    return OUT.build(Outgoing(req, backend, "r1", OUT.carriage(req, backend).wire == req.wire, variant))
 
 
 def _openai_chat() -> Request:
     return Request(
         task=Task.CHAT,
-        inbound="openai",
+        wire="openai",
         model="gpt",
         messages=[
             Message("developer", "Be brief."),
@@ -339,9 +339,9 @@ def test_build_chat_exact():
 
 def test_build_refuses_token_ids_and_needs_a_name():
     with pytest.raises(Unsupported, match="token ids"):
-        _build(Request(task=Task.COMPLETION, inbound="openai", prompt_ids=[1, 2]), _backend())
+        _build(Request(task=Task.COMPLETION, wire="openai", prompt_ids=[1, 2]), _backend())
     with pytest.raises(Unsupported, match="endpoint name"):
-        _build(Request(task=Task.COMPLETION, inbound="openai", prompt="a"), _backend(None))
+        _build(Request(task=Task.COMPLETION, wire="openai", prompt="a"), _backend(None))
 
 
 def test_fates_per_task():
@@ -351,7 +351,7 @@ def test_fates_per_task():
 
 
 def _call(task: Task, stream: bool = False) -> UpstreamCall:
-    return UpstreamCall("/x", b"{}", stream, state=Request(task=task, inbound="openai"))
+    return UpstreamCall("/x", b"{}", stream, state=Request(task=task, wire="openai"))
 
 
 def test_parse_chat_and_tool_responses():
@@ -424,4 +424,3 @@ def test_health():
     assert OUT.health_path(_backend()) == "/api/2.0/serving-endpoints/llama-ep"
     assert OUT.health_ok(raw("endpoint_ready.json")) is True
     assert OUT.health_ok(raw("endpoint_not_ready.json")) is False
-    assert OUT.models(raw("endpoint_ready.json")) == ["databricks-meta-llama-3-3-70b-instruct"]

@@ -18,7 +18,8 @@ import pytest
 from gateway import jsonutil, logs
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.protocol import make_runner
+from gateway.protocol import Guard
+from gateway.server import Listener, Switch, start_app
 from tests.conftest import one_route
 from tests.fixtures.openai.wire import raw
 from tests.support import raw_reply
@@ -28,15 +29,16 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 @asynccontextmanager
 async def guarded(config: dict[str, Any]) -> AsyncIterator[int]:
+    """The gateway behind the listener `gateway serve` runs, on a port of its own."""
     conf = parse_config(config)
-    runner = make_runner(create_app(conf), conf.limits)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    app = create_app(conf)
+    await start_app(app)
+    listener = Listener(Switch(app), Guard.of(conf.limits))
     try:
-        yield runner.addresses[0][1]
+        yield await listener.start("127.0.0.1", 0)
     finally:
-        await runner.cleanup()
+        await listener.close()
+        await listener.switch.close()
 
 
 def limited(url: str, **limits: Any) -> dict[str, Any]:

@@ -363,7 +363,7 @@ def test_kubernetes_grace_period_agrees_with_the_drain(manifest):
 async def test_while_draining_a_stream_announces_its_connection_closes(make_gateway, upstream):
     """A stream's headers go out before it ends: during a drain they must already say
     `Connection: close`, or its client would send its next request on a connection about to go."""
-    from gateway.proxy.exchange import SERVICES
+    from gateway.proxy.services import SERVICES
     from tests.conftest import one_route
     from tests.support import sse_reply
 
@@ -379,7 +379,7 @@ async def test_while_draining_a_stream_announces_its_connection_closes(make_gate
     resp = await gw.post("/v1/chat/completions", json=body)
     assert resp.headers.get("Connection", "").lower() != "close"
     await resp.read()
-    gw.server.app[SERVICES].closing = True
+    gw.server.app[SERVICES].drain.closing = True
     resp = await gw.post("/v1/chat/completions", json=body)
     assert resp.headers["Connection"].lower() == "close"
     assert (await resp.read()).endswith(b"data: [DONE]\n\n")

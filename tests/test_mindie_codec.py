@@ -137,7 +137,7 @@ def test_seed_004_full_text_stream_diffed() -> None:
 
 def test_seed_004_chat_request_parsed() -> None:
     req = inbound.parse_chat(fixture("chat_request.json"))
-    assert req.inbound == "mindie"
+    assert req.wire == "mindie"
     assert req.params.top_k is None  # the seed's 0 means "not set"
     assert req.params.stop == ("stop1", "stop2")
     assert req.params.stop_token_ids == (2, 13)

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import jsonutil
 from gateway.codec.wirenames import WireNames
-from gateway.dialects.triton.reading import CallState, TritonStreamParser
+from gateway.dialects.triton.reading import VLLM_READING, CallState, TritonStreamParser
 from gateway.neutral.errors import UpstreamError
 from gateway.neutral.events import TextDelta
 from gateway.neutral.params import NAMES, ROLES, SPECS, Params, Role, make
@@ -75,7 +75,7 @@ async def test_fanned_out_upstream_time_is_the_slowest_part(upstream, make_gatew
 
 
 def test_tokens_before_a_malformed_triton_event_in_the_same_read_are_delivered():
-    parser = TritonStreamParser(CallState("vllm", "prompt", 16))
+    parser = TritonStreamParser(CallState(VLLM_READING, "prompt", 16))
     read = b'data: {"text_output": "Hello", "finish_reason": "None"}\n\ndata: {not json\n\n'
     assert parser.feed(read) == [TextDelta("Hello")]
     with pytest.raises((UpstreamError, ValueError)):
@@ -112,7 +112,7 @@ def test_every_parameter_has_a_role_and_a_type():
 def test_requests_params_and_events_do_not_change_once_built():
     p = make({"stop": "x", "n": 1, "temperature": 0.5})
     assert p.stop == ("x",) and p.n is None  # the dialects' ways of saying "the default" made one
-    req = Request(task=Task.COMPLETION, inbound="openai", prompt=["a", "b"], params=p.replace(n=2, seed=7))
+    req = Request(task=Task.COMPLETION, wire="openai", prompt=["a", "b"], params=p.replace(n=2, seed=7))
     # (A request is a record: test_code_quality shows the type checker refusing an assignment.)
     with pytest.raises(AttributeError):
         p.temperature = 1.0  # type: ignore[misc]
@@ -129,12 +129,12 @@ def test_requests_params_and_events_do_not_change_once_built():
 
 
 def test_wire_names_are_neutral_parameters_both_ways():
-    names = WireNames.of("temperature", max_new_tokens="max_tokens", stop_words="stop")
+    names = WireNames([("temperature", "temperature"), ("max_new_tokens", "max_tokens"), ("stop_words", "stop")])
     assert names.read({"max_new_tokens": 5, "stop_words": ["a"], "other": 1}) == {"max_tokens": 5, "stop": ("a",)}
     assert names.write(Params(max_tokens=5, stop=("a",), top_k=3)) == {"max_new_tokens": 5, "stop_words": ["a"]}
     assert names.carried == {"temperature", "max_tokens", "stop"}
     with pytest.raises(ValueError, match="not a neutral parameter"):
-        WireNames.of("max_new_tokens")
+        WireNames([("max_new_tokens", "max_new_tokens")])
 
 
 def _every_dialect_wire_names() -> list[Any]:

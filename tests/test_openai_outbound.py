@@ -32,7 +32,7 @@ def build(req: Request, b: BackendView) -> UpstreamCall:
     """The upstream call for `req`, as the proxy's plan has it built: forwarded as it is when the
     client spoke the backend's own wire."""
     variant = OUT.carriage(req, b).variant
-    return OUT.build(Outgoing(req, b, "req1", req.inbound == b.dialect, variant))
+    return OUT.build(Outgoing(req, b, "req1", OUT.carriage(req, b).wire == req.wire, variant))
 
 
 def policy(req: Request, b: BackendView) -> tuple[Request, tuple[str, ...]]:
@@ -53,7 +53,7 @@ def body_of(req: Request, b: BackendView) -> dict[str, Any]:
 def foreign_chat(**params: Any) -> Request:
     """A chat request as a non-OpenAI inbound dialect would hand it over."""
     return Request(
-        task=Task.CHAT, inbound="tgi", model="client-model", messages=[Message("user", "hi")], params=Params(**params)
+        task=Task.CHAT, wire="tgi", model="client-model", messages=[Message("user", "hi")], params=Params(**params)
     )
 
 
@@ -126,7 +126,7 @@ def test_build_translated_stream_completion_and_logprobs() -> None:
     b = backend("none")
     req = Request(
         task=Task.COMPLETION,
-        inbound="tgi",
+        wire="tgi",
         model="c",
         prompt_ids=[1, 2],
         stream=True,
@@ -166,7 +166,7 @@ def test_build_translated_messages_and_embeddings() -> None:
         ),
         Message("tool", "r", tool_call_id="c", name="f"),
     ]
-    req = Request(task=Task.CHAT, inbound="tgi", model="client-model", messages=msgs)
+    req = Request(task=Task.CHAT, wire="tgi", model="client-model", messages=msgs)
     assert body_of(req, b)["messages"] == [
         {"role": "system", "content": "s"},
         {"role": "assistant", "content": None, "tool_calls": msgs[1].tool_calls},
@@ -178,7 +178,7 @@ def test_build_translated_messages_and_embeddings() -> None:
     assert "model" not in body_of(req.but(model=None), b)
     emb = Request(
         task=Task.EMBEDDING,
-        inbound="tgi",
+        wire="tgi",
         model="e",
         input=["a"],
         params=Params(encoding_format="base64", dimensions=8),
@@ -238,7 +238,7 @@ def test_parse_chat_tool_calls_fixture() -> None:
 
 
 def test_parse_completion_response_fixture() -> None:
-    req = Request(task=Task.COMPLETION, inbound="tgi", model="c", prompt="p")
+    req = Request(task=Task.COMPLETION, wire="tgi", model="c", prompt="p")
     result = OUT.parse_result(call_for(req), raw("completion_response.json"), {})
     assert isinstance(result, Result)
     assert result.choices == [
@@ -270,7 +270,7 @@ def test_parse_completion_response_fixture() -> None:
 
 @pytest.mark.parametrize("name", ["embedding_response.json", "embedding_response_base64.json"])
 def test_parse_embedding_fixtures(name: str) -> None:
-    req = Request(task=Task.EMBEDDING, inbound="tgi", model="e", input=["a", "b"])
+    req = Request(task=Task.EMBEDDING, wire="tgi", model="e", input=["a", "b"])
     result = OUT.parse_result(call_for(req), raw(name), {})
     assert isinstance(result, EmbeddingResult)
     vectors = [v if isinstance(v, list) else struct.unpack("<3f", base64.b64decode(v)) for v in result.data]
@@ -295,7 +295,7 @@ def test_error_message_from_bodies() -> None:
 
 
 def test_models_and_health_path() -> None:
-    assert OUT.models(raw("models_response.json")) == ["gpt-4o-mini", "text-embedding-3-small"]
+    assert OUT.models_path(backend()) == "/v1/models"
     assert OUT.health_path(backend()) == "/v1/models"
 
 
@@ -377,19 +377,19 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
     """However the stream is cut into reads, a pass-through client gets its bytes unchanged,
     and the parser reports the same finish and usage (leading token-only events of a read
     go out undecoded, so only their presence is reported)."""
-    from gateway.dialects.openai import render
+    from gateway.dialects.openai import render, stream
 
     def run(cuts: list[int], include_usage: bool) -> tuple[bytes, list[tuple[Any, ...]]]:
         p = OpenAIStreamParser(True, passthrough=True)
         req = Request(
             task=Task.CHAT,
-            inbound="openai",
+            wire="openai",
             model="m",
             messages=[Message("user", "hi")],
             stream=True,
             include_usage=include_usage,
         )
-        r = render.PassthroughStream(render.OPENAI, req)
+        r = stream.PassthroughStream(render.OPENAI, req)
         got, seen = r.start(), []
         bounds = [0, *cuts, len(data)]
         for a, b in itertools.pairwise(bounds):
@@ -453,3 +453,21 @@ def test_passthrough_read_of_the_role_chunk_is_no_token() -> None:
     assert [type(e).__name__ for e in p.feed(events[0])] == ["Frame"]
     assert [type(e).__name__ for e in p.feed(events[1])] == ["Frame", "TextDelta"]
     assert [type(e).__name__ for e in p.feed(events[0] + events[1])] == ["Frame", "TextDelta"]
+
+
+async def test_a_forwarded_body_loses_what_the_public_api_lacks_and_says_so(upstream, make_gateway):
+    """The public API refuses a field it does not know: a vLLM-style hint is taken out of the
+    forwarded body (and named), everything else goes as sent, the model renamed."""
+    from tests.conftest import one_route
+    from tests.fixtures.openai.wire import raw
+    from tests.support import raw_reply
+
+    upstream.reply = raw_reply(raw("chat_response.json"))
+    gw = await make_gateway(one_route("openai", "openai", upstream.url, model="gpt-x"))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_k": 3, "min_p": 0.1, "vendor": 1}
+    resp = await gw.post("/v1/chat/completions", json=body)
+    assert resp.status == 200
+    assert resp.headers["X-Gateway-Dropped-Params"] == "min_p,top_k"
+    assert upstream.last.json == {"model": "gpt-x", "messages": body["messages"], "vendor": 1}
+    refused = await gw.post("/v1/chat/completions", json={**body, "stop_token_ids": [2]})
+    assert refused.status == 400 and "stop_token_ids" in (await refused.json())["error"]["message"]

@@ -133,7 +133,7 @@ def foreign_parse(body: bytes, path: PathValues) -> Request:
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in data["params"].items()}
     return Request(
         task=Task.CHAT,
-        inbound="foreign",
+        wire="foreign",
         model=data["model"],
         messages=[Message("user", data["prompt"])],
         stream=bool(data.get("stream")),

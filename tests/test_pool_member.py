@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway import modelserver
 from gateway.config import ConfigError, parse_config
 from gateway.dialects import registry
 from gateway.metrics import MULTIPROC_ENV
@@ -223,8 +224,8 @@ def test_model_name_is_what_clients_ask_for():
 )
 def test_the_objectives_priority_orders_the_queue_with_the_gateways_own(headers, rank):
     request = make_mocked_request("POST", "/v1/chat/completions", headers=headers)
-    req = Request(task=Task.CHAT, inbound="openai", model=MODEL)
-    assert priority_of(request, req, {"premium": 5, "batch": -2}) == rank
+    req = Request(task=Task.CHAT, wire="openai", model=MODEL)
+    assert priority_of(request.headers, req, {"premium": 5, "batch": -2}) == rank
 
 
 # ---- the pool's headers reach the backend --------------------------------------------------------
@@ -295,45 +296,46 @@ async def test_each_upstream_request_of_a_fan_out_carries_them(upstream, make_ga
 @pytest.mark.parametrize(
     ("page", "kind", "expected"),
     [
-        ("vllm.txt", poolmember.VLLM, KvCache(0.4375, 16, 27904)),
-        ("vllm_legacy.txt", poolmember.VLLM, KvCache(0.0625)),
-        ("sglang.txt", poolmember.VLLM, KvCache(0.71, 1, 120000)),
-        ("triton_trtllm.txt", poolmember.TRTLLM, KvCache(0.3125, 64, 6240)),
-        ("triton_trtllm_blocks.txt", poolmember.TRTLLM, KvCache(0.25, 128, 3120)),
-        ("mindie.txt", poolmember.MINDIE, KvCache(0.58)),
+        ("vllm.txt", modelserver.VLLM_PAGE, KvCache(0.4375, 16, 27904)),
+        ("vllm_legacy.txt", modelserver.VLLM_PAGE, KvCache(0.0625)),
+        ("sglang.txt", modelserver.VLLM_PAGE, KvCache(0.71, 1, 120000)),
+        ("triton_trtllm.txt", modelserver.TRTLLM_PAGE, KvCache(0.3125, 64, 6240)),
+        ("triton_trtllm_blocks.txt", modelserver.TRTLLM_PAGE, KvCache(0.25, 128, 3120)),
+        ("mindie.txt", modelserver.MINDIE_PAGE, KvCache(0.58)),
     ],
 )
 def test_each_backends_page_gives_its_kv_cache_use(page, kind, expected):
-    assert poolmember.read_page(kind, (PAGES / page).read_text()) == expected
+    assert modelserver.read_page(kind, (PAGES / page).read_text()) == expected
 
 
 def test_a_page_without_the_figure_gives_none_rather_than_a_guess():
     tgi = (PAGES / "tgi.txt").read_text()
-    assert poolmember.kind_of("tgi", {}) is None  # TGI's queue and batch gauges say nothing of its KV cache
-    for kind in (poolmember.VLLM, poolmember.TRTLLM, poolmember.MINDIE):
-        assert poolmember.read_page(kind, tgi) is None
+    for kind in (modelserver.VLLM_PAGE, modelserver.TRTLLM_PAGE, modelserver.MINDIE_PAGE):
+        assert modelserver.read_page(kind, tgi) is None
     # Another server's page is not read as this one's, and a figure that is no fraction is none.
-    assert poolmember.read_page(poolmember.VLLM, (PAGES / "mindie.txt").read_text()) is None
-    assert poolmember.read_page(poolmember.MINDIE, 'npu_cache_usage_perc{model_name="m"} 58\n') is None
-    assert poolmember.read_page(poolmember.VLLM, "<html>not metrics</html>\n") is None
+    assert modelserver.read_page(modelserver.VLLM_PAGE, (PAGES / "mindie.txt").read_text()) is None
+    assert modelserver.read_page(modelserver.MINDIE_PAGE, 'npu_cache_usage_perc{model_name="m"} 58\n') is None
+    assert modelserver.read_page(modelserver.VLLM_PAGE, "<html>not metrics</html>\n") is None
 
 
 @pytest.mark.parametrize(
     ("dialect", "options", "kind"),
     [
-        ("openai", {}, "vllm"),
-        ("openai", {"extensions": "vllm"}, "vllm"),
-        ("triton", {}, "trtllm"),
-        ("triton", {"flavor": "vllm"}, "vllm"),
-        ("triton", {"flavor": "mindie"}, "mindie"),
-        ("mindie", {}, "mindie"),
-        ("tgi", {}, None),
+        ("openai", {}, modelserver.VLLM_PAGE),
+        ("openai", {"extensions": "vllm"}, modelserver.VLLM_PAGE),
+        ("triton", {}, modelserver.TRTLLM_PAGE),
+        ("triton", {"flavor": "vllm"}, modelserver.VLLM_PAGE),
+        ("triton", {"flavor": "mindie"}, modelserver.MINDIE_PAGE),
+        ("mindie", {}, modelserver.MINDIE_PAGE),
+        ("tgi", {}, None),  # TGI's queue and batch gauges say nothing of its KV cache
         ("databricks", {}, None),
     ],
 )
 def test_which_reader_a_backend_gets(dialect, options, kind):
-    got = poolmember.kind_of(dialect, options)
-    assert (got.name if got else None) == kind
+    backend = {"dialect": dialect, "url": "http://b:1", "model": "m", "options": options}
+    conf = parse_config({"backends": {"b": backend}, "routes": [{"name": "r", "dialect": "openai", "backend": "b"}]})
+    source = poolmember.kv_source(build_backend("b", conf.backends["b"], registry.get(dialect)))
+    assert (source.page if source else None) is kind
 
 
 VLLM_OPTIONS = {"extensions": "vllm"}
@@ -362,7 +364,8 @@ TRITON_PAGE = "/metrics"
 def test_where_a_backends_metrics_page_is(backend, urls):
     conf = parse_config({"backends": {"b": backend}, "routes": [{"name": "r", "dialect": "openai", "backend": "b"}]})
     b = build_backend("b", conf.backends["b"], registry.get(backend["dialect"]))
-    assert poolmember.metrics_urls(b) == urls
+    source = poolmember.kv_source(b)
+    assert source is not None and list(source.urls) == urls
 
 
 def test_metrics_url_must_be_a_url():

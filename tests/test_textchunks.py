@@ -9,7 +9,7 @@ import pytest
 from gateway.codec.parsing import PARSE_ERRORS
 from gateway.codec.textchunks import TextChunks
 from gateway.dialects.openai.reading import OpenAIStreamParser
-from gateway.dialects.triton.reading import CallState, TritonStreamParser
+from gateway.dialects.triton.reading import TRTLLM_READING, CallState, TritonStreamParser
 from gateway.neutral.events import Event, TextDelta, TextRun, UsageEvent, expand
 
 TEXTS = [" The", ' say "hi"', " back\\slash", " café", " 😀", " line\nbreak", " tab\t", "\u2028", " }]}", " x"]
@@ -190,7 +190,7 @@ def trtllm(texts: list[str], lps: object = "varying", **more: object) -> list[ob
 
 
 def triton_parser(template: bool = True) -> TritonStreamParser:
-    parser = TritonStreamParser(CallState("trtllm", "prompt", 100))
+    parser = TritonStreamParser(CallState(TRTLLM_READING, "prompt", 100))
     if not template:
         parser._chunks = None  # every event read whole: the reference
     return parser

@@ -24,7 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status as StatusProto
 
 from gateway import jsonutil
 from gateway.config import ConfigError, parse_config
-from gateway.proxy.exchange import SERVICES
+from gateway.proxy.services import SERVICES
 from tests.conftest import one_route
 from tests.support import FakeUpstream, Recorded, json_reply, sse_json, sse_reply, start_workers
 

@@ -166,9 +166,7 @@ def test_stream_renderer_answers_once_even_without_text():
 def neutral(stream: bool = False, **params: Any) -> Request:
     """A completion request from an OpenAI client; list parameters become the neutral tuples."""
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
-    return Request(
-        task=Task.COMPLETION, inbound="openai", model="m", prompt="Hi", stream=stream, params=Params(**values)
-    )
+    return Request(task=Task.COMPLETION, wire="openai", model="m", prompt="Hi", stream=stream, params=Params(**values))
 
 
 def build(ob: TritonOutbound, req: Request, b: BackendView, request_id: str = "r1") -> UpstreamCall:
@@ -273,13 +271,13 @@ def test_fates_per_flavor():
 
 def test_unsupported_inputs():
     ob = TritonOutbound()
-    ids = Request(task=Task.COMPLETION, inbound="openai", prompt_ids=[1, 2])
+    ids = Request(task=Task.COMPLETION, wire="openai", prompt_ids=[1, 2])
     with pytest.raises(Unsupported):
         build(ob, ids, backend("trtllm"))
     with pytest.raises(Unsupported):
-        build(ob, Request(task=Task.EMBEDDING, inbound="openai", input=["a"]), backend("trtllm"))
+        build(ob, Request(task=Task.EMBEDDING, wire="openai", input=["a"]), backend("trtllm"))
     with pytest.raises(Unsupported, match="tokenizer"):
-        build(ob, Request(task=Task.CHAT, inbound="openai", messages=[]), backend("trtllm"))
+        build(ob, Request(task=Task.CHAT, wire="openai", messages=[]), backend("trtllm"))
     with pytest.raises(InvalidRequest, match="seed"):
         build(ob, neutral(seed=-1), backend("mindie"))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from gateway.adapters.template import ChatTemplate
 from gateway.adapters.tokenizer import IncrementalDetokenizer, Tokenizer
@@ -25,7 +26,7 @@ _templates: dict[str, ChatTemplate] = {}
 _lock = threading.Lock()
 
 
-def _folder(backend: BackendView, what: str) -> str:
+def _folder(backend: BackendView[Any], what: str) -> str:
     if not backend.tokenizer:
         raise Unsupported(
             f"backend {backend.name!r} needs the model's {what} for this request and none is configured; {_HOW}",
@@ -34,7 +35,7 @@ def _folder(backend: BackendView, what: str) -> str:
     return backend.tokenizer
 
 
-def tokenizer_for(backend: BackendView) -> Tokenizer:
+def tokenizer_for(backend: BackendView[Any]) -> Tokenizer:
     """The backend's tokenizer, loaded on first use."""
     folder = _folder(backend, "tokenizer")
     tok = _tokenizers.get(folder)
@@ -53,7 +54,7 @@ def tokenizer_for(backend: BackendView) -> Tokenizer:
         return _tokenizers[folder]
 
 
-def template_for(backend: BackendView) -> ChatTemplate:
+def template_for(backend: BackendView[Any]) -> ChatTemplate:
     """The backend's chat template, loaded on first use."""
     folder = _folder(backend, "chat template")
     tpl = _templates.get(folder)
@@ -73,7 +74,7 @@ def template_for(backend: BackendView) -> ChatTemplate:
         return _templates[folder]
 
 
-def optional_tokenizer(backend: BackendView) -> Tokenizer | None:
+def optional_tokenizer(backend: BackendView[Any]) -> Tokenizer | None:
     """The backend's tokenizer when one is configured and loads; None otherwise."""
     if not backend.tokenizer:
         return None
@@ -83,7 +84,7 @@ def optional_tokenizer(backend: BackendView) -> Tokenizer | None:
         return None
 
 
-def count_tokens(backend: BackendView, text: str) -> int | None:
+def count_tokens(backend: BackendView[Any], text: str) -> int | None:
     """The backend tokenizer's count for `text`, or None when no tokenizer is configured:
     usage for backends that do not report prompt tokens is counted, never guessed."""
     return tokenizer_for(backend).count(text) if backend.tokenizer else None

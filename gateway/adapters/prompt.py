@@ -2,6 +2,7 @@
 template, token ids through its tokenizer, text as it is."""
 
 from collections.abc import Sequence
+from typing import Any
 
 from gateway.adapters import template_for, tokenizer_for
 from gateway.codec.contract import BackendView
@@ -9,7 +10,7 @@ from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.types import Request, Task
 
 
-def _one(backend: BackendView) -> Unsupported:
+def _one(backend: BackendView[Any]) -> Unsupported:
     return Unsupported(
         f"backend {backend.name!r} ({backend.dialect}) takes one prompt per request",
         param="prompt",
@@ -17,7 +18,7 @@ def _one(backend: BackendView) -> Unsupported:
     )
 
 
-def ids_text(ids: Sequence[int], backend: BackendView) -> str:
+def ids_text(ids: Sequence[int], backend: BackendView[Any]) -> str:
     """A prompt's token ids as the text they stand for, through the backend's tokenizer; an id
     its vocabulary lacks is the client's mistake, named in a 400."""
     tok = tokenizer_for(backend)
@@ -32,7 +33,7 @@ def ids_text(ids: Sequence[int], backend: BackendView) -> str:
     return tok.decode(ids)
 
 
-def prompt_text(req: Request, backend: BackendView) -> str:
+def prompt_text(req: Request, backend: BackendView[Any]) -> str:
     if req.task is Task.CHAT:
         kwargs = req.params.chat_template_kwargs or {}
         tools = [dict(t) for t in req.params.tools] if req.params.tools else None

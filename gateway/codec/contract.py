@@ -7,7 +7,7 @@ depends on nothing in the gateway but the neutral form, so every dialect can dep
 """
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -22,14 +22,19 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Opts = TypeVar("Opts", bound=BaseModel)
+Opts_co = TypeVar("Opts_co", bound=BaseModel, covariant=True)
+
+
 @record
-class BackendView:
-    """What a codec may know of the backend it talks to: names, its options, its model files."""
+class BackendView(Generic[Opts_co]):
+    """What a codec may know of the backend it talks to: names, its options (of its dialect's
+    own options model), its model files."""
 
     name: str
     dialect: str
     model: str | None
-    options: BaseModel
+    options: Opts_co
     # The folder with the model's tokenizer.json and tokenizer_config.json, when configured.
     tokenizer: str | None = None
 
@@ -48,14 +53,17 @@ class Carriage:
     # The backend says a choice is finished in the event carrying its last token (see
     # RenderContext.finish_in_band).
     finish_in_band: bool = False
+    # The wire API the request goes out on (openai.chat, tgi...): a client that spoke the
+    # same one (Request.wire) is the backend's own client, whose body the backend may get as it is.
+    wire: str = ""
 
 
 @record
-class Outgoing:
+class Outgoing(Generic[Opts_co]):
     """One request as a backend is to get it, for `Outbound.build`."""
 
     req: Request  # parameters as the fate policy left them
-    backend: BackendView
+    backend: BackendView[Opts_co]
     request_id: str
     # The client spoke this backend's own wire, so the fields in `req.raw` are the backend's.
     same_wire: bool
@@ -92,9 +100,12 @@ class StreamParser(Protocol):
     def close(self) -> list[Event]: ...
 
 
-class Outbound(Protocol):
-    name: str
-    options_model: type[BaseModel]
+class Outbound(Protocol[Opts]):
+    """The half of a dialect that talks to its servers. `Opts` is the model of the `options:` a
+    backend of this dialect takes (NoOptions for none). It may also have capabilities
+    (gateway.codec.capabilities), and `Imitates` below."""
+
+    options_model: type[Opts]
     # The backend's credentials reach other models than the configured one (a Databricks
     # workspace token opens every endpoint of the workspace), and the requested model picks among
     # them: a backend without `model:` must then have its routes list the `models:` clients may name.
@@ -105,9 +116,9 @@ class Outbound(Protocol):
     # the answer handed back as it came; else the request is translated like any other.
     forwards_same_wire: bool
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage: ...
+    def carriage(self, req: Request, backend: BackendView[Opts]) -> Carriage: ...
 
-    def build(self, out: Outgoing) -> UpstreamCall: ...
+    def build(self, out: Outgoing[Opts]) -> UpstreamCall: ...
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer: ...
 
@@ -117,18 +128,7 @@ class Outbound(Protocol):
         """The human message inside the backend's error body (or a cleaned-up raw body)."""
         ...
 
-    def health_path(self, backend: BackendView) -> str: ...
-
-    def models(self, body: bytes) -> list[str]:
-        """Model ids from the backend's model list (used by readiness and /v1/models)."""
-        ...
-
-
-@runtime_checkable
-class HealthDocument(Protocol):
-    """An outbound whose health call answers 200 either way and says "ready" in the body."""
-
-    def health_ok(self, body: bytes) -> bool: ...
+    def health_path(self, backend: BackendView[Opts]) -> str: ...
 
 
 class EventStream(Protocol):
@@ -145,7 +145,8 @@ class EventStream(Protocol):
 
 
 class StreamRenderer(Protocol):
-    """Neutral events in, bytes for the client out."""
+    """Neutral events in, bytes for the client out. A renderer may also have capabilities
+    (gateway.codec.capabilities: `Pings`, `Keeps`)."""
 
     content_type: str
 
@@ -185,6 +186,30 @@ class RenderContext:
 PathValues = Mapping[str, str]
 
 
+class StateStore(Protocol):
+    """Where an inbound dialect keeps what its API keeps between requests (the Responses API's
+    stored responses), by owner: one owner's entries are never another's. Bounded; an entry may
+    be let go (oldest first) to make room, so a dialect treats a missing entry as unknown."""
+
+    async def get(self, owner: str, key: str) -> bytes | None: ...
+
+    async def put(self, owner: str, key: str, value: bytes) -> None: ...
+
+    async def delete(self, owner: str, key: str) -> bool:
+        """Whether there was such an entry."""
+        ...
+
+
+@record
+class Caller:
+    """Who asks, as the layers below the HTTP handler know them, and what may be kept for them."""
+
+    request_id: str
+    # Whose state it is: the API key's name in the log, or "" with auth off (one owner for all).
+    owner: str
+    store: StateStore
+
+
 @record
 class Endpoint:
     """One inference path of an inbound dialect, served by the proxy's exchange handler."""
@@ -197,6 +222,10 @@ class Endpoint:
     content_type: str = "application/json"
     # Response headers of the dialect's own, from the whole answer (None for a stream).
     headers: Callable[[Answer | None, RenderContext], Mapping[str, str]] | None = None
+    # An API that keeps state: the request completed with what is kept for the caller (an earlier
+    # turn it names) before it is planned; and, after a whole answer, what is kept of it.
+    prepare: Callable[[Request, Caller], Awaitable[Request]] | None = None
+    keep: Callable[[Request, Answer, RenderContext, Caller], Awaitable[None]] | None = None
 
 
 @record
@@ -211,7 +240,7 @@ class Reply:
 @record
 class RouteView:
     name: str
-    backend: BackendView
+    backend: BackendView[Any]
     # The model names clients may ask this route for, when its config lists them.
     models: frozenset[str] | None = None
 
@@ -243,10 +272,30 @@ class GroupView(Protocol):
         dialect relays the backend's own metadata). UpstreamError when no answer came."""
         ...
 
+    async def model_list(self, route: RouteView) -> Reply | None:
+        """The backend's own OpenAI-shaped model list (its dialect `ListsModels`); None when its
+        servers keep none. UpstreamError when no answer came."""
+        ...
 
-# A path of the dialect's own that is not an inference call: health, model lists, metadata.
-# It may raise GatewayError; the proxy turns that into the dialect's error reply.
-InfoHandler = Callable[[PathValues, GroupView], Awaitable[Reply]]
+
+# A path of the dialect's own that is not an inference call: health, model lists, metadata, what
+# a stateful API keeps. It may raise GatewayError; the proxy turns that into the dialect's error.
+InfoHandler = Callable[[PathValues, GroupView, Caller], Awaitable[Reply]]
+
+
+@record
+class Asked:
+    """What a client sent to a path of the dialect's own that reads more than its path."""
+
+    path: PathValues
+    query: Mapping[str, str]
+    # The body (read within the gateway's limits), empty for a GET or a DELETE.
+    body: bytes = b""
+
+
+# Such a path that reads the query or a body (a stateful API's lookups, a token count); its errors
+# as an InfoHandler's.
+ReadingHandler = Callable[[Asked, GroupView, Caller], Awaitable[Reply]]
 
 
 @record
@@ -257,17 +306,47 @@ class Mount:
     info: InfoHandler | None = None
     # Whether the path needs the gateway's API key when auth is on (health paths do not).
     auth: bool = True
+    reads: ReadingHandler | None = None
 
 
 class Inbound(Protocol):
-    name: str
+    """The half of a dialect that its clients speak: the paths it mounts, its error bodies. It
+    may also have capabilities (gateway.codec.capabilities: `OwnKeyHeaders`)."""
+
     mounts: Sequence[Mount]
 
     def error_reply(self, err: GatewayError) -> Reply: ...
 
 
+@runtime_checkable
+class Imitates(Protocol):
+    """An outbound whose servers differ in ways its inbound does not show (Triton's backend
+    families): a simulated server of it answers as the server its options name does."""
+
+    def imitation(self, options: Any) -> Inbound: ...
+
+
+@record
+class Demo:
+    """How the embedded default config (every dialect mounted, on simulated backends) mounts
+    this dialect's clients: under `prefix`, answered by a simulated server of `backend` (a
+    dialect name; "" for its own)."""
+
+    prefix: str = ""
+    backend: str = ""
+
+
 @record
 class Dialect:
+    """A dialect: either half may be absent (an API only clients speak, or only servers)."""
+
     name: str
-    inbound: Inbound
-    outbound: Outbound
+    inbound: Inbound | None = None
+    outbound: "Outbound[Any] | None" = None
+    demo: Demo = Demo()
+
+    def server(self, options: Any) -> Inbound | None:
+        """What a simulated server of this dialect, with these backend options, serves."""
+        if isinstance(self.outbound, Imitates):
+            return self.outbound.imitation(options)
+        return self.inbound

@@ -1,13 +1,21 @@
-"""Edge validation shared by every inbound dialect: JSON body to dict, dict to wire model."""
+"""Edge validation shared by every inbound dialect: JSON body to dict, dict to wire model, and the
+base of the wire models."""
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway import jsonutil
 from gateway.neutral.errors import InvalidRequest
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class OpenModel(BaseModel):
+    """A wire model: types must match exactly (strict: nothing is converted), and fields it does
+    not declare are kept (wire formats grow, and servers add their own)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 def load_object(body: bytes) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """How one wire surface names the neutral parameters, in both directions, as data.
 
-A dialect declares one `WireNames` per place its wire holds parameters (OpenAI's body, TGI's
-`parameters` object, each Triton backend's input names): which wire field is which neutral
-parameter. Reading takes the fields a client set into neutral values; writing gives the wire
-fields for the parameters a request carries. What a backend carries is what its names write:
-the fate policy reads it from here, so the two cannot disagree.
+A dialect has one `WireNames` per place its wire holds parameters (OpenAI's body, TGI's
+`parameters` object, each Triton backend's input names), derived from its schema's marked fields
+(gateway.codec.fields): which wire field is which neutral parameter. Reading takes the fields a
+client set into neutral values; writing gives the wire fields for the parameters a request
+carries. What a backend carries is what its names write: the fate policy reads it from here, so
+the two cannot disagree.
 """
 
 from collections.abc import Iterable, Mapping
@@ -14,12 +15,15 @@ from gateway.neutral.params import NAMES, Fate, Params
 
 
 class WireNames:
-    __slots__ = ("_in", "_out")
+    __slots__ = ("_in", "_out", "_plain", "_ranged")
 
-    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
+    def __init__(
+        self, pairs: Iterable[tuple[str, str]], ranges: Mapping[str, tuple[float, float]] | None = None
+    ) -> None:
         """`pairs` of (wire name, neutral name). Several wire names may read as one neutral
         parameter (aliases): the first of them is the one written, and wins when a body holds
-        more than one."""
+        more than one. `ranges`: wire name -> the closed interval of the values the surface takes;
+        a value outside is left out when writing."""
         self._in: dict[str, tuple[str, int]] = {}
         self._out: dict[str, str] = {}
         for rank, (wire, name) in enumerate(pairs):
@@ -27,27 +31,21 @@ class WireNames:
                 raise ValueError(f"{name!r} is not a neutral parameter")
             self._in[wire] = (name, rank)
             self._out.setdefault(name, wire)
-
-    @classmethod
-    def of(cls, *same: str, **renamed: str) -> "WireNames":
-        """`same`: spelled on the wire as in the neutral form; `renamed`: wire_name=neutral_name."""
-        return cls([(n, n) for n in same] + list(renamed.items()))
-
-    def _pairs(self) -> list[tuple[str, str]]:
-        return [(wire, name) for wire, (name, _rank) in self._in.items()]
-
-    def plus(self, *same: str, **renamed: str) -> "WireNames":
-        """These names and some more."""
-        return WireNames([*self._pairs(), *((n, n) for n in same), *renamed.items()])
-
-    def without(self, *names: str) -> "WireNames":
-        """These names but the given neutral parameters."""
-        return WireNames([(w, n) for w, n in self._pairs() if n not in names])
+        # Written in two passes, each without a test the other needs: the values written as they
+        # are, then those held to a range.
+        ranges = ranges or {}
+        self._plain = tuple((name, wire) for name, wire in self._out.items() if wire not in ranges)
+        self._ranged = tuple((name, wire, *ranges[wire]) for name, wire in self._out.items() if wire in ranges)
 
     @property
     def carried(self) -> frozenset[str]:
         """The neutral parameters this surface holds."""
         return frozenset(self._out)
+
+    def fields(self, names: Iterable[str]) -> frozenset[str]:
+        """The wire fields (aliases included) that hold these neutral parameters."""
+        wanted = frozenset(names)
+        return frozenset(wire for wire, (name, _rank) in self._in.items() if name in wanted)
 
     def fates(self, **others: Fate) -> dict[str, Fate]:
         """MAP for every parameter carried, plus the fates given for others (EMULATE mostly)."""
@@ -71,12 +69,16 @@ class WireNames:
         return out
 
     def write(self, params: Params) -> dict[str, Any]:
-        """Wire fields for the parameters set, in this surface's order."""
+        """Wire fields for the parameters set, in this surface's order, but values out of range."""
         out: dict[str, Any] = {}
-        for name, wire in self._out.items():
+        for name, wire in self._plain:
             value = getattr(params, name)
             if value is not None:
                 out[wire] = list(value) if isinstance(value, tuple) else value
+        for name, wire, lo, hi in self._ranged:
+            value = getattr(params, name)
+            if value is not None and lo <= value <= hi:
+                out[wire] = value
         return out
 
 

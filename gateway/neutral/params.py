@@ -10,10 +10,10 @@ with its role and what it means. The roles:
             tool calls, logprobs, the form of the input or output). A backend without it gets
             nothing: the client gets a 400 that says what cannot be carried.
 
-Each backend dialect says which parameters it carries and under which wire names
-(gateway.codec.wirenames); anything else takes the default fate of its role, unless the dialect
-says the gateway emulates it. Adding a parameter is one field here plus one wire name in each
-dialect that has it.
+Each dialect's schema marks the fields that are neutral parameters, with the servers that carry
+them (gateway.codec.fields); anything a backend does not carry takes the default fate of its
+role, unless the dialect says the gateway emulates it. Adding a parameter is one field here plus
+one marked field in the schema of each dialect that has it.
 
 Values are the neutral forms: lists become tuples (stop strings, token ids), everything else is
 as the client sent it after its dialect validated it. None means "the client did not say".
@@ -98,6 +98,15 @@ class Params(NamedTuple):
     tool_choice: Annotated[str | Mapping[str, Any] | None, contract("whether and which tool to call")] = None
     parallel_tool_calls: Annotated[bool | None, hint("allow several tool calls in one answer")] = None
     response_format: Annotated[Mapping[str, Any] | None, contract("the answer's format (JSON, a schema)")] = None
+    reasoning_effort: Annotated[
+        str | None, hint("how much the model reasons before it answers (low, medium, high)")
+    ] = None
+    # Tools the API provider runs itself (OpenAI's web search, file search...): a self-hosted
+    # model has none, so they are dropped, unless the client forces one (then refused).
+    server_tools: Annotated[tuple[Mapping[str, Any], ...] | None, hint("tools the provider runs itself")] = None
+    server_tool_choice: Annotated[
+        Mapping[str, Any] | None, contract("a tool the provider runs that must be called")
+    ] = None
     chat_template_kwargs: Annotated[Mapping[str, Any] | None, hint("extra variables for the chat template")] = None
     # Output details.
     logprobs: Annotated[bool | None, contract("return log probabilities of the generated tokens")] = None

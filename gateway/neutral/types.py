@@ -64,7 +64,9 @@ class Request:
     """
 
     task: Task
-    inbound: str  # the dialect the client spoke
+    # The wire API the client spoke (openai.chat, tgi...): a backend spoken to on the same one
+    # may take the client's body as it is (codec.contract.Carriage.wire).
+    wire: str
     model: str | None = None
     messages: list[Message] | None = None
     prompt: str | list[str] | None = None

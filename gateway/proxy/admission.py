@@ -14,11 +14,9 @@ Everything a request took comes back in one `release`.
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-
-from aiohttp import web
 
 from gateway.neutral.errors import Overloaded, RateLimited
 from gateway.neutral.types import Request
@@ -192,16 +190,16 @@ DEFAULT_PRIORITY = 3
 OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
 
 
-def priority_of(request: web.Request, req: Request, objectives: dict[str, int] | None = None) -> int:
+def priority_of(headers: Mapping[str, str], req: Request, objectives: Mapping[str, int] | None = None) -> int:
     """A request's place in its backend's queue, lowest first: the priority of the objective its
     objective header names (when `objectives` knows it), else MindIE's `priority`, else
     X-Gateway-Priority, else 3."""
     if objectives:
         for header in OBJECTIVE_HEADERS:
-            named = request.headers.get(header)
+            named = headers.get(header)
             if named is not None and named in objectives:
                 return DEFAULT_PRIORITY - objectives[named]
     if req.params.priority is not None:
         return req.params.priority
-    given = request.headers.get(PRIORITY_HEADER, "")
+    given = headers.get(PRIORITY_HEADER, "")
     return int(given) if given in ("1", "2", "3", "4", "5") else DEFAULT_PRIORITY

@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway import jsonutil
 from gateway.adapters import tokenizer_for
@@ -70,7 +70,7 @@ class ProxyEngine:
         # and what all answers of the process may hold together.
         self._max_answer = max_answer_bytes
         self._answers = answers
-        self.codec = backend.dialect.outbound
+        self.codec = backend.outbound
         # Begins each upstream request's span; None with tracing off.
         self._trace = tracing.client(backend.name, backend.conf.dialect, backend.model) if tracing else None
         self._targets: dict[str, Target] = {}
@@ -93,14 +93,11 @@ class ProxyEngine:
     async def _call(self, plan: Plan, part: Request) -> UpstreamCall:
         """The upstream call for one part. A large request may mean a long chat-template render
         or tokenizer run: off the event loop, so one big prompt does not stall the others."""
-        out = Outgoing(part, plan.backend, plan.request_id, plan.same_wire, plan.variant)
-        call = await offload(self._build, out, True) if plan.body_bytes >= OFFLOAD_BYTES else self._build(out)
-        if plan.headers:
-            # The Inference Extension's headers go on as the client sent them (the codec's own win).
-            call = replace(call, headers={**plan.headers, **(call.headers or {})})
-        return call
+        if plan.body_bytes >= OFFLOAD_BYTES:
+            return await offload(self.call, plan, part, True)
+        return self.call(plan, part)
 
-    def _build(self, out: Outgoing, whole: bool = False) -> UpstreamCall:
+    def _build(self, out: Outgoing[Any], whole: bool = False) -> UpstreamCall:
         """The codec's call; with `whole`, its `meanwhile` work done as well (a large request's
         is too long to do on the event loop while the backend answers)."""
         try:
@@ -123,12 +120,7 @@ class ProxyEngine:
         which sees each attempt."""
         b = self.backend
         conf = b.conf
-        # No client header reaches a backend but the request id and the Inference Extension's
-        # (plan.POOL_HEADERS, in call.headers): credentials belong to each side, and MindIE
-        # steers its scheduler by headers (req-id, req-type, d-target, is-recompute).
-        headers = {**b.headers, **(call.headers or {}), "X-Request-Id": request_id}
-        if call.body is not None:
-            headers.setdefault("Content-Type", "application/json")
+        headers = self.headers(call, request_id)
         if trace is not None:
             trace.inject(headers)
         pool = b.client()
@@ -245,33 +237,18 @@ class ProxyEngine:
         b = self.backend
         conf = b.conf
         for i in b.replicas():
-            url = b.urls[i]
             try:
-                resp = await b.client().request(
-                    self._target(url, path),
-                    "GET",
-                    b.headers,
-                    None,
-                    connect_timeout=conf.connect_timeout_s,
-                    timeout=conf.timeout_s,
+                got = await b.get(
+                    b.urls[i], path, limit=MAX_INFO_BODY, within=conf.timeout_s, connect_s=conf.connect_timeout_s
                 )
             except Fault as e:
                 if isinstance(e, (ConnectFailed, ConnectTimeout)):
                     self._head_fault(e, i, False)
                     continue
                 raise self._head_fault(e, i, False) from None
-            try:
-                body = await resp.read(MAX_INFO_BODY)
-            except Fault as e:
-                raise logged(
-                    b, i, fault_error(b, e, f"did not finish its answer within {conf.timeout_s:g}s"), e
-                ) from None
-            finally:
-                resp.release()
-            if body is None:
+            if got.body is None:
                 raise UpstreamError(f"backend {b.name!r} answered {path} with more than {MAX_INFO_BODY} bytes")
-            kind = resp.headers.get("Content-Type", "application/json")
-            return Reply(resp.status, REDACT(body.decode("utf-8", "replace")).encode(), kind)
+            return Reply(got.status, REDACT(got.body.decode("utf-8", "replace")).encode(), got.content_type)
         raise UpstreamConnectError(f"backend {b.name!r} is unreachable", kind=Kind.UNAVAILABLE)
 
     # ---- whole answers -----------------------------------------------------------------------
@@ -365,6 +342,28 @@ class ProxyEngine:
         if plan.fill_token_ids:
             stream = TokenIdStream(stream, tokenizer_for(plan.backend))
         return stream
+
+    # ---- what each upstream request is, before it is sent -------------------------------------
+
+    def call(self, plan: Plan, part: Request, whole: bool = False) -> UpstreamCall:
+        """The upstream call for one part of the plan, as it is sent (`whole`: see `_build`)."""
+        out = Outgoing(part, plan.backend, plan.request_id, plan.same_wire, plan.variant)
+        call = self._build(out, whole)
+        if plan.headers:
+            # The Inference Extension's headers go on as the client sent them (the codec's own win).
+            call = replace(call, headers={**plan.headers, **(call.headers or {})})
+        return call
+
+    def headers(self, call: UpstreamCall, request_id: str) -> dict[str, str]:
+        """The headers the gateway sends `call` with; a trace's context is added to them when
+        tracing is on, and the connection adds Host, Content-Length and any URL credentials.
+        No client header reaches a backend but the request id and the Inference Extension's
+        (plan.POOL_HEADERS, in call.headers): credentials belong to each side, and MindIE
+        steers its scheduler by headers (req-id, req-type, d-target, is-recompute)."""
+        headers = {**self.backend.headers, **(call.headers or {}), "X-Request-Id": request_id}
+        if call.body is not None:
+            headers.setdefault("Content-Type", "application/json")
+        return headers
 
 
 def _configured(plan: Plan, part: Request) -> bool:

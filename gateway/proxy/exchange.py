@@ -14,30 +14,28 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from gateway.codec.contract import Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
-from gateway.config import Limits
-from gateway.metrics import Metrics
-from gateway.modelserver import BackendLoad
+from gateway.codec.capabilities import Keeps, Pings, key_headers
+from gateway.codec.contract import Caller, Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.neutral.errors import GatewayError, Unavailable, UpstreamError, UpstreamTimeout
 from gateway.neutral.events import Event
 from gateway.neutral.types import Request
 from gateway.proxy import observe
-from gateway.proxy.admission import Budget, Gate, Ticket, priority_of
+from gateway.proxy.admission import Ticket, priority_of
 from gateway.proxy.intake import check_auth, read_body
 from gateway.proxy.observe import Exchange
-from gateway.proxy.peers import Network, key_id
+from gateway.proxy.peers import Arrival
 from gateway.proxy.plan import DROPPED_HEADER, Plan, pool_headers
 from gateway.proxy.routing import Route, RouteGroup
+from gateway.proxy.services import SERVICES, Services
 
 if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
     from gateway.spans import ServerTrace
-    from gateway.tracing import Tracing
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")
@@ -71,49 +69,6 @@ def request_id_of(request: web.Request) -> str:
     return given if given is not None and _CLIENT_ID.match(given) else _IDS.new()
 
 
-@dataclass(eq=False)
-class Services:
-    """What every handler needs from the app; stored under one AppKey."""
-
-    metrics: Metrics
-    # API key -> the name the access log gives it; None when auth is off.
-    api_keys: dict[str, str] | None
-    limits: Limits
-    budget: Budget
-    trusted_proxies: list[Network] = field(default_factory=list)
-    # InferenceObjective name -> its priority (config: inference_objectives).
-    objectives: dict[str, int] = field(default_factory=dict)
-    access_log: bool = True  # off for the gateway's in-process simulated backends
-    # Streams being written, so that a shutdown past its grace period can end each one the
-    # dialect's way (an in-band error and the terminator) instead of cutting its socket.
-    streams: set["asyncio.Task[object]"] = field(default_factory=set)
-    ending: bool = False
-    # The gateway is draining: answers say `Connection: close` (a stream's, before it starts).
-    closing: bool = False
-    tracing: "Tracing | None" = None  # None: tracing is off
-
-    def end_streams(self) -> int:
-        """End every stream still being written; how many there were."""
-        self.ending = True
-        for task in list(self.streams):
-            task.cancel()
-        return len(self.streams)
-
-    @classmethod
-    def of(cls, metrics: Metrics, limits: Limits, api_keys: Iterable[str] | None = None) -> "Services":
-        return cls(
-            metrics=metrics,
-            api_keys=None if api_keys is None else {k: key_id(k) for k in api_keys},
-            limits=limits,
-            budget=Budget(
-                limits.max_concurrent_requests, limits.max_buffered_body_bytes, limits.max_unfinished_bodies_per_client
-            ),
-        )
-
-
-SERVICES = web.AppKey("services", Services)
-
-
 def deadline(max_duration_s: float | None, client_s: int | None, arrived: float) -> float | None:
     """When the request must be done by (the event loop's clock), from the backend's
     max_duration_s and a deadline the client gave (MindIE's `timeout`); None for no deadline."""
@@ -141,117 +96,190 @@ def reply_response(reply: Reply) -> web.Response:
     return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": reply.content_type})
 
 
+def arrival_of(request: web.Request) -> Arrival:
+    """What the layers below are told of how the request came."""
+    return Arrival(request_id_of(request), request.method, request.path, request.headers, request.remote)
+
+
 async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: Inbound) -> web.StreamResponse:
+    """The HTTP edge of an inference request: what it holds (its body's room and its slot, a
+    place at its backend, the gauges it counts in, its trace) is let go by the stack, each part
+    once taken, however the request ends; its error, before the answer's head went out, is
+    rendered in the client's dialect."""
     svc = request.app[SERVICES]
-    ex = Exchange(time.perf_counter(), request_id_of(request))
+    arrival = arrival_of(request)
+    ex = Exchange(time.perf_counter(), arrival.request_id)
     ticket = Ticket()
-    body_read = False
-    gate: Gate | None = None
-    held = 0
-    load: BackendLoad | None = None  # pool-member mode: the backend's running-requests gauge
-    running = 0
-    trace = svc.tracing.server(request, ex.request_id, group.dialect) if svc.tracing is not None else None
-    try:
-        ex.key = check_auth(request, svc.api_keys)
-        # The body's room is taken before it is read, so a flood of slow or unfinished bodies meets
-        # the body budget, not the memory; the slot only once the body is whole, so a slow body
-        # holds no slot a request ready to go could use.
-        body = await read_body(request, svc.limits, svc.budget, ticket, svc.trusted_proxies)
-        body_read = True
-        svc.budget.take_slots(ticket, 1)
-        path = request.match_info
-        req = ep.parse(body, path)
-        ex.route = route = group.route(ep.path_model(path) if ep.path_model else req.model)
-        backend = route.backend
-        if trace is not None:
-            trace.request(req, route.name, backend.name, backend.conf.dialect, backend.model)
-        plan = route.engine.plan(req, ex.request_id, len(body), svc.limits.max_fanout, pool_headers(request.headers))
-        svc.budget.take_slots(ticket, plan.width - 1)
-        when = deadline(backend.conf.max_duration_s, req.params.timeout, ex.start)
-        if backend.gate is not None:
-            # Waiting for the backend's own slot counts against the request's deadline.
-            held = await within(when, backend.gate.enter(plan.width, priority_of(request, req, svc.objectives)))
-            gate = backend.gate
-        if backend.load is not None:
-            load, running = backend.load, held or plan.width
-            load.running.inc(running)
-        if svc.metrics.enabled:
-            ex.metrics = svc.metrics.route(route.name, backend.name)
-            ex.metrics.started()  # and `ended` below, for the requests that got this far
-        ctx = RenderContext(
-            request_id=ex.request_id,
-            created=int(time.time()),
-            model=req.model or backend.model or route.name,
-            passthrough=plan.passthrough,
-            started=ex.start,
-            backend_model=backend.model,
-            finish_in_band=plan.finish_in_band,
+    trace = None
+    if svc.tracing is not None:
+        resource = request.match_info.route.resource
+        pattern = resource.canonical if resource is not None else request.path
+        trace = svc.tracing.server(
+            request.method, pattern, request.path, request.scheme, request.headers, ex.request_id, group.dialect
         )
-        ex.upstream = plan.times
-        if req.stream and ep.stream_renderer is not None:
-            resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace)
+    with ExitStack() as held:
+        held.callback(_finished, svc, arrival, group, ex, trace)
+        held.callback(svc.budget.release, ticket)
+        try:
+            ex.key = check_auth(request, svc.api_keys, key_headers(inbound))
+            # The body's room is taken before it is read, so a flood of slow or unfinished bodies
+            # meets the body budget, not the memory; the slot only once the body is whole, so a
+            # slow body holds no slot a request ready to go could use.
+            body = await read_body(request, arrival, svc.limits, svc.budget, ticket, svc.trusted_proxies)
+            ex.body_read = True
+            svc.budget.take_slots(ticket, 1)
+            return await _answer(request, arrival, ep, group, body, svc, ex, ticket, held, trace)
+        except GatewayError as e:
+            if isinstance(e, UpstreamError):
+                ex.upstream_error = e.upstream_class.value
+                log.debug("request %s: upstream error (%s): %s", ex.request_id, ex.upstream_error, e)
+            # A backend's own error body goes as it is to a client of its wire.
+            reply = Reply(e.status, e.body, e.body_type) if e.body is not None else inbound.error_reply(e)
+            resp = reply_response(reply)
+            resp.headers[REQUEST_ID] = ex.request_id
+            if e.retry_after is not None and resp.status in (429, 503):
+                resp.headers["Retry-After"] = e.retry_after
+            if not ex.body_read:
+                # Refused before its body was read (too large, too slow, undecodable, over a limit):
+                # the connection closes rather than wait for the rest of a body no one will read.
+                resp.force_close()
             ex.status = resp.status
             return resp
-        result = await within(when, route.engine.complete(plan))
-        if trace is not None:
-            trace.saw_answer(result)
-        out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
-        ex.counted(result.usage)
-        # The type as a header, not `content_type=`: aiohttp would parse it again.
-        headers = {"Content-Type": ep.content_type, REQUEST_ID: ex.request_id}
-        if ep.headers is not None:
-            headers.update(ep.headers(result, ctx))
-        if plan.dropped:
-            headers[DROPPED_HEADER] = ",".join(plan.dropped)
-        ex.status = 200
-        return web.Response(body=out, headers=headers)
-    except GatewayError as e:
-        if isinstance(e, UpstreamError):
-            ex.upstream_error = e.upstream_class.value
-            log.debug("request %s: upstream error (%s): %s", ex.request_id, ex.upstream_error, e)
-        # A backend's own error body goes as it is to a client of its wire.
-        reply = Reply(e.status, e.body, e.body_type) if e.body is not None else inbound.error_reply(e)
-        resp = reply_response(reply)
-        resp.headers[REQUEST_ID] = ex.request_id
-        if e.retry_after is not None and resp.status in (429, 503):
-            resp.headers["Retry-After"] = e.retry_after
-        if not body_read:
-            # Refused before its body was read (too large, too slow, undecodable, over a limit):
-            # the connection closes rather than wait for the rest of a body no one will read.
-            resp.force_close()
+        except asyncio.CancelledError:
+            # The server noticed the client left: the task is cancelled, which closes the upstream.
+            ex.disconnect = "streaming" if ex.first_token else "before_first_token"
+            raise
+
+
+def _finished(svc: Services, arrival: Arrival, group: RouteGroup, ex: Exchange, trace: "ServerTrace | None") -> None:
+    """The request's record, once all it held is let go."""
+    if ex.disconnect:
+        ex.status = 499
+    observe.finish(svc.metrics, arrival, group, ex, svc.trusted_proxies if svc.access_log else None)
+    if trace is not None:
+        trace.end(ex)
+
+
+async def _answer(
+    request: web.Request,
+    arrival: Arrival,
+    ep: Endpoint,
+    group: RouteGroup,
+    body: bytes,
+    svc: Services,
+    ex: Exchange,
+    ticket: Ticket,
+    held: ExitStack,
+    trace: "ServerTrace | None",
+) -> web.StreamResponse:
+    """The request, its body read: parsed, routed, planned, admitted and carried out."""
+    path = request.match_info
+    req = ep.parse(body, path)
+    caller = Caller(ex.request_id, ex.key or "", svc.store)
+    if ep.prepare is not None:
+        req = await ep.prepare(req, caller)
+    ex.route = route = group.route(ep.path_model(path) if ep.path_model else req.model)
+    backend = route.backend
+    if trace is not None:
+        trace.request(req, route.name, backend.name, backend.conf.dialect, backend.model)
+    plan = route.engine.plan(req, ex.request_id, len(body), svc.limits.max_fanout, pool_headers(arrival.headers))
+    svc.budget.take_slots(ticket, plan.width - 1)
+    when = deadline(backend.conf.max_duration_s, req.params.timeout, ex.start)
+    running = plan.width
+    if backend.gate is not None:
+        # Waiting for the backend's own slot counts against the request's deadline.
+        running = await within(when, backend.gate.enter(plan.width, priority_of(arrival.headers, req, svc.objectives)))
+        held.callback(backend.gate.leave, running)
+    if backend.load is not None:
+        # Pool-member mode: the backend's running-requests gauge.
+        backend.load.running.inc(running)
+        held.callback(backend.load.running.dec, running)
+    if svc.metrics.enabled:
+        ex.metrics = svc.metrics.route(route.name, backend.name)
+        ex.metrics.started()
+        held.callback(ex.metrics.ended)
+    ctx = RenderContext(
+        request_id=ex.request_id,
+        created=int(time.time()),
+        model=req.model or backend.model or route.name,
+        passthrough=plan.passthrough,
+        started=ex.start,
+        backend_model=backend.model,
+        finish_in_band=plan.finish_in_band,
+    )
+    ex.upstream = plan.times
+    if req.stream and ep.stream_renderer is not None:
+        resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace, caller)
         ex.status = resp.status
         return resp
-    except asyncio.CancelledError:
-        # The server noticed the client left: the task is cancelled, which closes the upstream.
-        ex.disconnect = "streaming" if ex.first_token else "before_first_token"
-        raise
-    finally:
-        if gate is not None:
-            gate.leave(held)
-        if load is not None:
-            load.running.dec(running)
-        svc.budget.release(ticket)
-        if ex.metrics is not None:
-            ex.metrics.ended()
-        if ex.disconnect:
-            ex.status = 499
-        observe.finish(svc.metrics, request, group, ex, svc.trusted_proxies if svc.access_log else None)
-        if trace is not None:
-            trace.end(ex)
+    result = await within(when, route.engine.complete(plan))
+    if trace is not None:
+        trace.saw_answer(result)
+    out = result.passthrough if result.passthrough is not None else ep.render_result(result, req, ctx)
+    ex.counted(result.usage)
+    if ep.keep is not None:
+        await ep.keep(req, result, ctx, caller)
+    # The type as a header, not `content_type=`: aiohttp would parse it again.
+    headers = {"Content-Type": ep.content_type, REQUEST_ID: ex.request_id}
+    if ep.headers is not None:
+        headers.update(ep.headers(result, ctx))
+    if plan.dropped:
+        headers[DROPPED_HEADER] = ",".join(plan.dropped)
+    ex.status = 200
+    return web.Response(body=out, headers=headers)
+
+
+# What a paced stream's next read is when the backend said nothing for a while.
+SILENCE: list[Event] = []
+
+
+class _Paced:
+    """A stream read with a limit on silence, for a renderer that `Pings`: `next` gives SILENCE
+    when the backend said nothing for `every` seconds, and the read goes on waiting."""
+
+    __slots__ = ("_every", "_pending", "_stream")
+
+    def __init__(self, stream: EventStream, every: float) -> None:
+        self._stream = stream
+        self._every = every
+        self._pending: asyncio.Future[list[Event] | None] | None = None
+
+    async def next(self) -> list[Event] | None:
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._stream.next())
+        done, _ = await asyncio.wait((self._pending,), timeout=self._every)
+        if not done:
+            return SILENCE
+        read, self._pending = self._pending, None
+        return read.result()
+
+    async def aclose(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        await self._stream.aclose()
 
 
 async def _relay(
     resp: web.StreamResponse, stream: EventStream, renderer: StreamRenderer, first: list[Event] | None, ex: Exchange
 ) -> None:
-    """The stream's events, rendered and written as they come, up to its end."""
+    """The stream's events, rendered and written as they come, up to its end (with a ping in
+    each silence, for a renderer that pings)."""
     out = renderer.start()
-    if first:
+    if first is SILENCE:
+        assert isinstance(renderer, Pings)
+        out += renderer.ping()
+    elif first:
         ex.observe(first)
         out += renderer.render(first)
     if out:
         await resp.write(out)
     if first is not None:
         while (events := await stream.next()) is not None:
+            if events is SILENCE:
+                assert isinstance(renderer, Pings)
+                await resp.write(renderer.ping())
+                continue
             ex.observe(events)
             out = renderer.render(events)
             if out:
@@ -268,6 +296,7 @@ async def _stream(
     ex: Exchange,
     when: float | None,
     trace: "ServerTrace | None",
+    caller: Caller,
 ) -> web.StreamResponse:
     assert ep.stream_renderer is not None
     svc = request.app[SERVICES]
@@ -277,8 +306,11 @@ async def _stream(
     task = asyncio.current_task()
     try:
         renderer = ep.stream_renderer(req, ctx)
+        if isinstance(renderer, Pings):
+            stream = _Paced(stream, renderer.ping_every_s)
         # Wait for the first events before sending headers: a backend that fails at once
-        # still gets the client a real error status instead of a 200 with an error inside.
+        # still gets the client a real error status instead of a 200 with an error inside
+        # (unless it is silent for longer than a pinging renderer's clients wait).
         first = await within(when, stream.next())
         headers = {
             "Content-Type": renderer.content_type,
@@ -291,7 +323,7 @@ async def _stream(
         if plan.dropped:
             headers[DROPPED_HEADER] = ",".join(plan.dropped)
         resp = web.StreamResponse(status=200, headers=headers)
-        if svc.closing:
+        if svc.drain.closing:
             resp.force_close()
         try:
             await resp.prepare(request)
@@ -299,10 +331,12 @@ async def _stream(
             ex.disconnect = "before_first_token"
             return resp
         if task is not None:
-            svc.streams.add(task)
+            svc.drain.streams.add(task)
         try:
             await within(when, _relay(resp, stream, renderer, first, ex))
             tail = renderer.end()
+            if isinstance(renderer, Keeps):
+                await renderer.keep(caller)
         except ConnectionResetError:
             # A write found the client gone: normal, and the upstream closes on the way out.
             ex.disconnect = "streaming" if ex.first_token else "before_first_token"
@@ -312,7 +346,7 @@ async def _stream(
                 ex.upstream_error = e.upstream_class.value
             tail = renderer.error(e) + renderer.end()
         except asyncio.CancelledError:
-            if not svc.ending or task is None:
+            if not svc.drain.ending or task is None:
                 raise  # the client left
             # The gateway is stopping and the grace period is over: the stream ends its
             # dialect's way, and the upstream is closed on the way out.
@@ -331,5 +365,5 @@ async def _stream(
         return resp
     finally:
         if task is not None:
-            svc.streams.discard(task)
+            svc.drain.streams.discard(task)
         await stream.aclose()

@@ -10,33 +10,42 @@ a body no one would read.
 """
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aiohttp import HttpVersion11, web
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestPayloadError
 
+from gateway.codec.capabilities import BEARER, KeyHeader
 from gateway.config import Limits
 from gateway.neutral.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, Unauthorized
 from gateway.proxy.admission import Budget, Ticket
-from gateway.proxy.peers import Network, client_of
+from gateway.proxy.peers import Arrival, Network
 
 
-def check_auth(request: web.Request, keys: dict[str, str] | None) -> str | None:
+def check_auth(
+    request: web.Request, keys: Mapping[str, str] | None, where: Sequence[KeyHeader] = (BEARER,)
+) -> str | None:
     """The key's log name (None when auth is off: `keys` None); Unauthorized unless the request
-    carries one of the configured keys."""
+    carries one of the configured keys in one of the headers its dialect's clients use."""
     if keys is None:
         return None
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    name = keys.get(token.strip()) if scheme.lower() == "bearer" else None
-    if name is None:
-        raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
-    return name
+    for place in where:
+        header = request.headers.get(place.header)
+        if header is None:
+            continue
+        if place.scheme:
+            scheme, _, header = header.partition(" ")
+            if scheme.lower() != place.scheme.lower():
+                continue
+        name = keys.get(header.strip())
+        if name is not None:
+            return name
+    raise Unauthorized("Missing or invalid API key", code="invalid_api_key")
 
 
 async def read_body(
-    request: web.Request, limits: Limits, budget: Budget, ticket: Ticket, trusted: Sequence[Network]
+    request: web.Request, arrival: Arrival, limits: Limits, budget: Budget, ticket: Ticket, trusted: Sequence[Network]
 ) -> bytes:
     """The whole body, within the size limit and the body deadline, its room in the budget
     reserved (on `ticket`) before a byte is read; one still on its way counts against its client
@@ -52,7 +61,7 @@ async def read_body(
             budget.reserve_body(ticket, room)
             body = await request.read()  # it came with the headers: nothing to wait for
         else:
-            with budget.arrival(client_of(request, trusted)):
+            with budget.arrival(arrival.client(trusted)):
                 budget.reserve_body(ticket, room)
                 body = await _arrival(request, limits)
     except web.HTTPRequestEntityTooLarge:

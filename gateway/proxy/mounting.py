@@ -11,11 +11,14 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.codec.contract import Endpoint, Inbound, InfoHandler
+from gateway.codec.capabilities import key_headers
+from gateway.codec.contract import Asked, Caller, Endpoint, Inbound, InfoHandler, ReadingHandler
 from gateway.neutral.errors import GatewayError, NotFound
-from gateway.proxy.exchange import SERVICES, reply_response, serve
-from gateway.proxy.intake import check_auth, continue_later
+from gateway.proxy.admission import Ticket
+from gateway.proxy.exchange import REQUEST_ID, arrival_of, reply_response, request_id_of, serve
+from gateway.proxy.intake import check_auth, continue_later, read_body
 from gateway.proxy.routing import GroupPaths, RouteGroup
+from gateway.proxy.services import SERVICES
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -30,15 +33,49 @@ def _inference(ep: Endpoint, group: RouteGroup, inbound: Inbound) -> Handler:
 
 def _info(info: InfoHandler, group: RouteGroup, inbound: Inbound, auth: bool) -> Handler:
     paths = GroupPaths(group)
+    where = key_headers(inbound)
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        svc = request.app[SERVICES]
         try:
-            if auth:
-                check_auth(request, request.app[SERVICES].api_keys)
-            reply = await info(request.match_info, paths)
+            owner = check_auth(request, svc.api_keys, where) if auth else None
+            reply = await info(request.match_info, paths, Caller(request_id_of(request), owner or "", svc.store))
         except GatewayError as e:
             reply = inbound.error_reply(e)
         return reply_response(reply)
+
+    return handle
+
+
+def _reading(reads: ReadingHandler, group: RouteGroup, inbound: Inbound, auth: bool) -> Handler:
+    """A path of the dialect's own that reads the query or the body: a body within the same
+    limits as an inference path's (its room in the budget, the body deadline, a request slot)."""
+    paths = GroupPaths(group)
+    where = key_headers(inbound)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        svc = request.app[SERVICES]
+        arrival = arrival_of(request)
+        ticket = Ticket()
+        body_read = request.method in ("GET", "HEAD", "DELETE")
+        try:
+            owner = check_auth(request, svc.api_keys, where) if auth else None
+            body = b""
+            if not body_read:
+                body = await read_body(request, arrival, svc.limits, svc.budget, ticket, svc.trusted_proxies)
+                body_read = True
+                svc.budget.take_slots(ticket, 1)
+            asked = Asked(request.match_info, request.query, body)
+            reply = await reads(asked, paths, Caller(arrival.request_id, owner or "", svc.store))
+        except GatewayError as e:
+            reply = inbound.error_reply(e)
+        finally:
+            svc.budget.release(ticket)
+        resp = reply_response(reply)
+        resp.headers[REQUEST_ID] = arrival.request_id
+        if not body_read:
+            resp.force_close()  # refused before its body was read: no one will read the rest
+        return resp
 
     return handle
 
@@ -47,6 +84,8 @@ def mount(router: web.UrlDispatcher, prefix: str, group: RouteGroup, inbound: In
     for m in inbound.mounts:
         if m.endpoint is not None:
             handler = _inference(m.endpoint, group, inbound)
+        elif m.reads is not None:
+            handler = _reading(m.reads, group, inbound, m.auth)
         else:
             assert m.info is not None
             handler = _info(m.info, group, inbound, m.auth)
@@ -54,7 +93,7 @@ def mount(router: web.UrlDispatcher, prefix: str, group: RouteGroup, inbound: In
         for path in (prefix + m.path, prefix) if m.path == "/" and prefix else (prefix + m.path,):
             if m.method == "GET":
                 router.add_get(path, handler)  # HEAD as well, as aiohttp gives every GET
-            elif m.endpoint is not None:
+            elif m.endpoint is not None or m.reads is not None:
                 router.add_route(m.method, path, handler, expect_handler=continue_later)
             else:
                 router.add_route(m.method, path, handler)

@@ -7,15 +7,14 @@ else records either.
 """
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from aiohttp import web
 
 from gateway.logs import access_enabled, access_log
 from gateway.metrics import Metrics, RouteMetrics
 from gateway.neutral.events import TOKENS, Event, UsageEvent
 from gateway.neutral.types import Usage
-from gateway.proxy.peers import Network, client_of
+from gateway.proxy.peers import Arrival, Network
 from gateway.proxy.plan import UpstreamTimes
 from gateway.proxy.routing import Route, RouteGroup
 
@@ -39,6 +38,7 @@ class Exchange:
     upstream_error: str | None = None
     disconnect: str | None = None
     key: str | None = None  # the API key's log name
+    body_read: bool = False  # the client's body was read whole
 
     def observe(self, events: list[Event]) -> None:
         # The kinds of event a read brought, found without a Python step per event (a read of a
@@ -71,7 +71,7 @@ class Exchange:
 
 
 def finish(
-    metrics: Metrics, request: web.Request, group: RouteGroup, ex: Exchange, trusted: list[Network] | None
+    metrics: Metrics, arrival: Arrival, group: RouteGroup, ex: Exchange, trusted: Sequence[Network] | None
 ) -> None:
     """Record the exchange: into the metrics, and (unless `trusted` is None: no access log) its
     access line."""
@@ -79,7 +79,7 @@ def finish(
     upstream = ex.upstream_seconds(now)
     _record(metrics, group, ex, now, upstream)
     if trusted is not None and access_enabled():
-        _access(request, group, ex, trusted, now, upstream)
+        _access(arrival, group, ex, trusted, now, upstream)
 
 
 def _record(metrics: Metrics, group: RouteGroup, ex: Exchange, now: float, upstream: float) -> None:
@@ -117,7 +117,7 @@ def _ms(seconds: float) -> float | None:
 
 
 def _access(
-    request: web.Request, group: RouteGroup, ex: Exchange, trusted: list[Network], now: float, upstream: float
+    arrival: Arrival, group: RouteGroup, ex: Exchange, trusted: Sequence[Network], now: float, upstream: float
 ) -> None:
     """The one access-log line of this request: who, names, status, timings, token counts; no content."""
     route = ex.route
@@ -125,14 +125,14 @@ def _access(
     access_log(
         {
             "request_id": ex.request_id,
-            "client": client_of(request, trusted),
+            "client": arrival.client(trusted),
             "key": ex.key,
             "route": route.name if route is not None else None,
             "backend": backend.name if backend is not None else None,
             "inbound": group.dialect,
             "outbound": backend.conf.dialect if backend is not None else None,
-            "method": request.method,
-            "path": request.path,
+            "method": arrival.method,
+            "path": arrival.path,
             "status": ex.status,
             "duration_ms": _ms(now - ex.start),
             "upstream_ms": _ms(upstream),

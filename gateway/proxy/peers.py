@@ -1,10 +1,11 @@
-"""Who is calling: the client's address behind trusted proxies, and an API key's log name."""
+"""Who is calling: how a request came, the client's address behind trusted proxies, and an API
+key's log name."""
 
 import hashlib
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from aiohttp import web
+from gateway.records import record
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -38,10 +39,21 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequenc
     return addr
 
 
-def client_of(request: web.Request, trusted: Sequence[Network]) -> str | None:
-    """The client a request counts against and the access log names: `client_address` of its
-    peer and X-Forwarded-For."""
-    return client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted)
+@record
+class Arrival:
+    """How a request came, as the layers below the HTTP handler know it: they get this, not the
+    HTTP request."""
+
+    request_id: str
+    method: str
+    path: str
+    headers: Mapping[str, str]  # the client's, by any case of their names
+    peer: str | None  # the address the connection came from
+
+    def client(self, trusted: Sequence[Network]) -> str | None:
+        """The client it counts against and the access log names: `client_address` of its peer
+        and X-Forwarded-For."""
+        return client_address(self.peer, self.headers.get("X-Forwarded-For"), trusted)
 
 
 def key_id(key: str) -> str:

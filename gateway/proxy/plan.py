@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from gateway.codec.capabilities import TrimsForwarded
 from gateway.codec.contract import BackendView, EventStream, Outbound, Reply
 from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, Params, default_fate, is_off
@@ -33,6 +34,7 @@ POOL_HEADERS = (
     "x-gateway-destination-endpoint",
 )
 NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+NO_FATES: Mapping[str, Fate] = MappingProxyType({})
 
 
 def pool_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -47,21 +49,27 @@ def pool_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     return NO_HEADERS if found is None else found
 
 
+def fate_of(name: str, value: Any, fates: Mapping[str, Fate]) -> Fate | None:
+    """What becomes of one parameter the client set, under the policy's `fates`; None when it is
+    set to its "off" value (an empty list or mapping; False) and so left out: such a value is
+    never a reason to refuse or to name a drop. False stays where the backend maps it or the
+    gateway emulates it, because there it can mean something (do_sample false is greedy)."""
+    fate = fates.get(name) or default_fate(name)
+    if is_off(value) and (value is not False or fate not in (Fate.MAP, Fate.EMULATE)):
+        return None
+    return fate
+
+
 def apply_policy(
     params: Params, fates: Mapping[str, Fate], backend: str, dialect: str
 ) -> tuple[Params, tuple[str, ...]]:
-    """The parameters a backend gets, and the hints dropped for it; Unsupported for refused ones.
-
-    A parameter set to its "off" value (an empty list or mapping; False) is never a reason to
-    refuse or to name a drop: it is left out; but False stays where the backend maps it or the
-    gateway emulates it, because there it can mean something (do_sample false is greedy).
-    """
+    """The parameters a backend gets, and the hints dropped for it; Unsupported for refused ones."""
     removed: dict[str, Any] = {}
     dropped: list[str] = []
     refused: list[str] = []
     for name, value in params.items():
-        fate = fates.get(name) or default_fate(name)
-        if is_off(value) and (value is not False or fate not in (Fate.MAP, Fate.EMULATE)):
+        fate = fate_of(name, value, fates)
+        if fate is None:
             removed[name] = None
         elif fate is Fate.DROP:
             removed[name] = None
@@ -79,6 +87,25 @@ def apply_policy(
     return (params.replace(**removed) if removed else params), tuple(sorted(dropped))
 
 
+def policy(carried: Mapping[str, Fate], params: Params) -> tuple[dict[str, Fate], bool]:
+    """The fates the parameter policy applies, from those a backend's codec gives (`carried`,
+    its carriage's), with the gateway's choices on stop strings made; and whether the gateway
+    cuts at stop strings the backend would take but cannot keep in the text."""
+    fates = dict(carried)
+    keep = params.include_stop_str_in_output
+    stops_here = bool(
+        keep and params.stop and fates.get("stop") is Fate.MAP and "include_stop_str_in_output" not in fates
+    )
+    if stops_here:
+        # The backend would stop at the strings but cannot keep them in the text: the gateway
+        # cuts instead, and the backend is not told (it would remove them).
+        fates["stop"] = Fate.EMULATE
+    if fates.get("stop") is Fate.EMULATE:
+        # Whoever cuts at stop strings also decides whether the stop text stays.
+        fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
+    return fates, stops_here
+
+
 def prompts(req: Request) -> list[Any] | None:
     """The prompts of a batch request (two or more), or None for a single prompt."""
     if req.task is not Task.COMPLETION:
@@ -91,13 +118,13 @@ def prompts(req: Request) -> list[Any] | None:
     return None
 
 
-@record
+@record(kw_only=True)
 class Plan:
     """How one client request reaches its backend."""
 
     request_id: str
     body_bytes: int  # the client's body: large requests are prepared off the event loop
-    backend: BackendView
+    backend: BackendView[Any]
     # The upstream requests, in choice-index order: part k's choice i is the client's choice
     # k * per_part + i. One part unless the request fans out.
     parts: tuple[Request, ...]
@@ -120,6 +147,9 @@ class Plan:
     times: "UpstreamTimes" = field(default_factory=lambda: UpstreamTimes())
     # Client headers every upstream request carries (the Inference Extension's: POOL_HEADERS).
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
+    # The fates of the parameter policy (`policy`; each parameter's is `fate_of` it). On a
+    # pass-through, which the policy does not touch, the codec's own (Carriage.fates).
+    fates: Mapping[str, Fate] = field(default_factory=lambda: NO_FATES)
 
     @property
     def width(self) -> int:
@@ -165,8 +195,8 @@ class Engine(Protocol):
 
 
 def make_plan(
-    codec: Outbound,
-    backend: BackendView,
+    codec: Outbound[Any],
+    backend: BackendView[Any],
     req: Request,
     request_id: str,
     body_bytes: int,
@@ -177,33 +207,31 @@ def make_plan(
     to more than `max_fanout` upstream requests, Unsupported when a parameter cannot be carried.
     `headers`: the client's headers that go upstream as they came (`pool_headers`)."""
     carriage = codec.carriage(req, backend)
-    same_wire = req.inbound == backend.dialect
+    same_wire = bool(carriage.wire) and req.wire == carriage.wire
     if same_wire and codec.forwards_same_wire:
+        dropped: tuple[str, ...] = ()
+        if isinstance(codec, TrimsForwarded) and req.raw is not None and codec.trims(req):
+            # What the backend's servers lack is dropped (or refused) from a forwarded body too:
+            # a public API refuses a field it does not know (a vLLM-style `top_k`).
+            params, dropped = apply_policy(req.params, carriage.fates, backend.name, backend.dialect)
+            if dropped:
+                req = req.but(params=params, raw=codec.trimmed(req, dropped))
         return Plan(
-            request_id,
-            body_bytes,
-            backend,
-            (req,),
-            1,
-            True,
-            True,
-            carriage.variant,
-            carriage.finish_in_band,
+            request_id=request_id,
+            body_bytes=body_bytes,
+            backend=backend,
+            parts=(req,),
+            per_part=1,
+            same_wire=True,
+            passthrough=True,
+            variant=carriage.variant,
+            finish_in_band=carriage.finish_in_band,
+            dropped=dropped,
             headers=headers,
+            fates=carriage.fates,
         )
-    fates = dict(carriage.fates)
-    keep = req.params.include_stop_str_in_output
-    stops_here = bool(
-        keep and req.params.stop and fates.get("stop") is Fate.MAP and "include_stop_str_in_output" not in fates
-    )
-    if stops_here:
-        # The backend would stop at the strings but cannot keep them in the text: the gateway
-        # cuts instead, and the backend is not told (it would remove them).
-        fates["stop"] = Fate.EMULATE
+    fates, stops_here = policy(carriage.fates, req.params)
     emulated_stop = fates.get("stop") is Fate.EMULATE
-    if emulated_stop:
-        # Whoever cuts at stop strings also decides whether the stop text stays.
-        fates.setdefault("include_stop_str_in_output", Fate.EMULATE)
     params, dropped = apply_policy(req.params, fates, backend.name, backend.dialect)
     stops = params.stop if emulated_stop and params.stop else None
     if stops_here:
@@ -223,20 +251,21 @@ def make_plan(
         )
     parts = fan_out(req, batch, n if emulate_n else 1) if width > 1 else (req,)
     return Plan(
-        request_id,
-        body_bytes,
-        backend,
-        parts,
-        1 if emulate_n else n,
-        same_wire,
-        False,
-        carriage.variant,
-        carriage.finish_in_band,
-        dropped,
+        request_id=request_id,
+        body_bytes=body_bytes,
+        backend=backend,
+        parts=parts,
+        per_part=1 if emulate_n else n,
+        same_wire=same_wire,
+        passthrough=False,
+        variant=carriage.variant,
+        finish_in_band=carriage.finish_in_band,
+        dropped=dropped,
         stops=stops,
         include_stop=bool(params.include_stop_str_in_output),
         fill_token_ids=req.wants_token_ids and bool(backend.tokenizer) and not same_wire,
         headers=headers,
+        fates=fates,
     )
 
 

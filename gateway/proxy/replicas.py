@@ -17,7 +17,8 @@ from dataclasses import dataclass
 # How long one trial request has to say whether an ejected replica is back; a trial that says
 # nothing in that time (its client left) lets another request try.
 _TRIAL_S = 30.0
-# Called with (replica index, up) whenever a replica is ejected or comes back.
+# Called with (replica index, up) whenever a replica is ejected (or its ejection is made longer)
+# or comes back.
 OnChange = Callable[[int, bool], None]
 
 
@@ -100,6 +101,7 @@ class Replicas:
             if s.trial_until or now >= s.ejected_until:
                 s.period = min(s.period * 2, self.max_s)
                 s.ejected_until = now + s.period
+                self._on_change(i, False)
             s.trial_until = 0.0
             return
         if at_once or s.failures >= self.eject_after:
@@ -124,10 +126,14 @@ class Replicas:
     def up(self, i: int) -> bool:
         return not self._states[i].ejected_until
 
+    def back_in(self, i: int) -> float:
+        """Seconds until an ejected replica is next tried (0 when it is up or due a trial)."""
+        s = self._states[i]
+        return max(s.ejected_until - self._clock(), 0.0) if s.ejected_until else 0.0
+
     def report(self, i: int) -> dict[str, object]:
         """What /readyz says of a replica's ejection state."""
         s = self._states[i]
         if not s.ejected_until:
             return {"ejected": False, "failures_in_a_row": s.failures}
-        left = max(s.ejected_until - self._clock(), 0.0)
-        return {"ejected": True, "failures_in_a_row": s.failures, "back_in_s": round(left, 1)}
+        return {"ejected": True, "failures_in_a_row": s.failures, "back_in_s": round(self.back_in(i), 1)}

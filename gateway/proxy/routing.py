@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway import config as cfg
-from gateway.codec.contract import BackendView, Dialect, Reply, RouteView
+from gateway.codec.capabilities import ListsModels
+from gateway.codec.contract import BackendView, Dialect, Outbound, Reply, RouteView
 from gateway.modelserver import BackendLoad
 from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate
 from gateway.proxy.plan import Engine
 from gateway.proxy.replicas import Replicas
-from gateway.upstream import DEFAULT_HEADERS, DIRECT, Egress, Pool, Target
+from gateway.upstream import DEFAULT_HEADERS, DIRECT, Egress, Pool, ReadTimeout, Target
+
+
+@dataclass(frozen=True, slots=True)
+class Got:
+    """A backend's answer to a GET of its own (`Backend.get`)."""
+
+    status: int
+    content_type: str
+    body: bytes | None  # None: longer than the reader's limit
 
 
 @dataclass(eq=False)
 class Backend:
     name: str
     conf: cfg.Backend
-    dialect: Dialect
-    view: BackendView
+    outbound: Outbound[Any]
+    view: BackendView[Any]
     urls: list[str]
     headers: dict[str, str]
     ssl_ctx: ssl.SSLContext | None = None
@@ -53,6 +65,26 @@ class Backend:
         assert self.pool is not None, "backend connections used before app startup"
         return self.pool
 
+    async def get(self, base: str, path: str, *, limit: int, within: float, connect_s: float | None = None) -> Got:
+        """GET `path` under one of its URLs (a replica, its metrics page): the one way the gateway
+        asks a backend anything of its own. The whole exchange, connection included, within
+        `within` seconds (the connection within `connect_s`); the body read to its end, None
+        when longer than `limit`. A Fault when no whole answer came (ReadTimeout in time)."""
+        try:
+            async with asyncio.timeout(within):
+                resp = await self.client().request(
+                    self.target(base, path), "GET", self.headers, None, connect_timeout=connect_s, timeout=None
+                )
+                try:
+                    body = await resp.read(limit)
+                finally:
+                    resp.release()
+        except ReadTimeout:
+            raise
+        except TimeoutError:
+            raise ReadTimeout(f"no whole answer within {within:g}s") from None
+        return Got(resp.status, resp.headers.get("Content-Type", "application/json"), body)
+
     def open_pool(self) -> Pool:
         """This backend's connections: at most `max_connections` in use at once. The client
         keeps no cookies, so one a backend sets is never replayed on another client's request."""
@@ -61,7 +93,9 @@ class Backend:
 
 
 def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
-    options = dialect.outbound.options_model.model_validate(conf.options)
+    outbound = dialect.outbound
+    assert outbound is not None, "the config lets a backend speak only a dialect with its outbound half"
+    options = outbound.options_model.model_validate(conf.options)
     view = BackendView(name, conf.dialect, conf.model, options, conf.tokenizer)
     urls = [u.rstrip("/") for u in conf.targets()]
     health = Replicas(max(len(urls), 1), conf.eject_after, conf.eject_base_s, conf.eject_max_s)
@@ -71,7 +105,7 @@ def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
     # What every request to it carries: the client's defaults, unless its own headers name them.
     own = {k.lower() for k in conf.headers}
     headers = {k: v for k, v in DEFAULT_HEADERS.items() if k.lower() not in own} | conf.headers
-    backend = Backend(name, conf, dialect, view, urls, headers, make_ssl(conf.tls), health, gate)
+    backend = Backend(name, conf, outbound, view, urls, headers, make_ssl(conf.tls), health, gate)
     backend.egress = conf.egress(os.environ)
     return backend
 
@@ -155,11 +189,21 @@ class GroupPaths:
     async def ready(self, routes: Sequence[RouteView]) -> bool:
         return await self._group.ready_check([r.backend.name for r in routes])
 
-    async def fetch(self, route: RouteView, path: str) -> Reply:
+    def _route(self, route: RouteView) -> Route:
         for r in self._group.routes:
             if r.name == route.name:
-                return await r.engine.fetch(path)
+                return r
         raise NotFound(f"no route {route.name!r}")
+
+    async def fetch(self, route: RouteView, path: str) -> Reply:
+        return await self._route(route).engine.fetch(path)
+
+    async def model_list(self, route: RouteView) -> Reply | None:
+        r = self._route(route)
+        outbound = r.backend.outbound
+        if not isinstance(outbound, ListsModels):
+            return None
+        return await r.engine.fetch(outbound.models_path(r.backend.view))
 
 
 def make_ssl(tls: cfg.BackendTLS | None) -> ssl.SSLContext | None:

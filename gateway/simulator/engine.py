@@ -25,11 +25,11 @@ class SimEngine:
         batch = prompts(req)
         parts = fan_out(req, batch, 1) if batch is not None else (req,)
         return Plan(
-            request_id,
-            body_bytes,
-            _ITSELF,
-            parts,
-            req.params.choices,
+            request_id=request_id,
+            body_bytes=body_bytes,
+            backend=_ITSELF,
+            parts=parts,
+            per_part=req.params.choices,
             same_wire=True,
             passthrough=False,
             finish_in_band=True,

@@ -1,8 +1,9 @@
 """`create_sim_app(dialect)`: a simulated inference server speaking one dialect.
 
 The dialect's inbound codec serves it, as it serves gateway clients, with the fake model as the
-engine behind it. Triton's generate paths are read and answered as the imitated server family
-does (gateway.simulator.triton); every other dialect's simulator is its gateway inbound as it is.
+engine behind it; a dialect whose servers differ in ways its inbound does not show (Triton's
+backend families) says what serves instead, imitating the server its options name.
+
 A simulator is a smoke-test partner: the proof of a dialect is the real server and its clients.
 """
 
@@ -11,17 +12,14 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from gateway.codec.contract import Inbound
 from gateway.config import Backend as BackendConf
 from gateway.config import Limits
 from gateway.dialects import registry
-from gateway.dialects.triton.schema import Options as TritonOptions
 from gateway.metrics import Metrics
-from gateway.proxy.exchange import SERVICES, Services
 from gateway.proxy.mounting import mount
 from gateway.proxy.routing import Route, RouteGroup, build_backend
+from gateway.proxy.services import SERVICES, Services
 from gateway.simulator.engine import SimEngine
-from gateway.simulator.triton import SimulatedTriton
 
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -33,9 +31,13 @@ class SimOptionError(ValueError):
 def server_options(dialect: str, options: dict[str, Any] | None) -> BaseModel:
     """The options of the simulated server, checked against the dialect's backend options: a
     simulator imitates the kind of server a backend of that dialect talks to."""
-    model = registry.get(dialect).outbound.options_model
+    outbound = registry.get(dialect).outbound
+    if outbound is None:
+        raise SimOptionError(f"there are no {dialect} servers to simulate: the dialect is spoken only by clients")
+    model = outbound.options_model
     try:
-        return model.model_validate(options or {})
+        options_model: type[BaseModel] = model
+        return options_model.model_validate(options or {})
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "options"
@@ -43,7 +45,11 @@ def server_options(dialect: str, options: dict[str, Any] | None) -> BaseModel:
 
 
 def create_sim_app(
-    dialect: str, model: str | None = None, token_delay_s: float = 0.0, options: dict[str, Any] | None = None
+    dialect: str,
+    model: str | None = None,
+    token_delay_s: float = 0.0,
+    options: dict[str, Any] | None = None,
+    access_log: bool = True,
 ) -> web.Application:
     d = registry.get(dialect)
     server = server_options(dialect, options)
@@ -56,11 +62,13 @@ def create_sim_app(
         max_unfinished_bodies_per_client=1 << 30,
     )
     # The simulator records no metrics: with worker processes they would land in the gateway's.
-    app[SERVICES] = Services.of(Metrics(enabled=False), limits)
+    app[SERVICES] = Services.of(Metrics(enabled=False), limits, access_log=access_log)
     conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model", options=options or {})
     backend = build_backend("simulator", conf, d)
     route = Route("simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s))
-    inbound: Inbound = SimulatedTriton(server) if isinstance(server, TritonOptions) else d.inbound
+    inbound = d.server(server)
+    if inbound is None:
+        raise SimOptionError(f"a {dialect} server cannot be simulated: the dialect says nothing of what it serves")
     mount(app.router, "", RouteGroup(dialect, "", [route]), inbound)
 
     async def health(request: web.Request) -> web.Response:

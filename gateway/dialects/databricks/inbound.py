@@ -11,10 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, RenderContext, Reply
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, RenderContext, Reply
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.databricks import params as names
 from gateway.dialects.databricks import render
+from gateway.dialects.databricks.outbound import WIRE
 from gateway.dialects.databricks.schema import ChatRequest, CompletionRequest, EmbeddingRequest
 from gateway.dialects.openai.inbound import messages_from, read_params
 from gateway.neutral import params as neutral
@@ -41,7 +42,7 @@ def parse_chat(data: dict[str, Any], path: PathValues | None = None) -> Request:
     m = validate(ChatRequest, data)
     return Request(
         task=Task.CHAT,
-        inbound="databricks",
+        wire=WIRE,
         model=_model(data, path),
         messages=messages_from(data["messages"]),
         stream=bool(m.stream),
@@ -64,7 +65,7 @@ def parse_completion(data: dict[str, Any], path: PathValues | None = None) -> Re
         prompt = prompt[0]
     return Request(
         task=Task.COMPLETION,
-        inbound="databricks",
+        wire=WIRE,
         model=_model(data, path),
         prompt=prompt,
         stream=bool(m.stream),
@@ -80,7 +81,7 @@ def parse_embedding(data: dict[str, Any], path: PathValues | None = None) -> Req
     inp = data["input"]
     return Request(
         task=Task.EMBEDDING,
-        inbound="databricks",
+        wire=WIRE,
         model=_model(data, path),
         input=[inp] if isinstance(inp, str) else inp,
         params=neutral.make(values),
@@ -144,7 +145,7 @@ COMPLETION = Endpoint(
 EMBEDDING = Endpoint(_openai_form(parse_embedding), render.render_result, None, headers=served_model)
 
 
-async def get_endpoint(path: PathValues, group: GroupView) -> Reply:
+async def get_endpoint(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     """The control-plane view of one endpoint, enough for a readiness probe (state.ready)."""
     name = path["name"]
     group.select(name)
@@ -153,7 +154,6 @@ async def get_endpoint(path: PathValues, group: GroupView) -> Reply:
 
 
 class DatabricksInbound:
-    name = "databricks"
     mounts: Sequence[Mount] = (
         Mount("POST", "/serving-endpoints/{name}/invocations", INVOCATIONS),
         Mount("POST", "/serving-endpoints/chat/completions", CHAT),

@@ -13,8 +13,6 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel
-
 from gateway import jsonutil
 from gateway.adapters.prompt import ids_text
 from gateway.codec.contract import BackendView, Carriage, NoOptions, Outgoing, UpstreamCall
@@ -52,7 +50,7 @@ def message_dict(m: Message) -> dict[str, Any]:
 _ENDPOINT_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
-def endpoint_name(req: Request, backend: BackendView) -> str:
+def endpoint_name(req: Request, backend: BackendView[NoOptions]) -> str:
     if backend.model:
         return backend.model
     name = req.model
@@ -73,15 +71,17 @@ def endpoint_name(req: Request, backend: BackendView) -> str:
     return name
 
 
+# One wire: a serving endpoint's invocations path takes every task.
+WIRE = "databricks"
 _CARRIAGE = {
-    Task.CHAT: Carriage(names.CHAT_OUT.fates(logprobs=Fate.MAP)),
-    Task.COMPLETION: Carriage(names.COMPLETION_OUT.fates()),
+    Task.CHAT: Carriage(names.CHAT_OUT.fates(logprobs=Fate.MAP), wire=WIRE),
+    Task.COMPLETION: Carriage(names.COMPLETION_OUT.fates(), wire=WIRE),
     # The client's dialect renders base64 from the floats Databricks returns.
-    Task.EMBEDDING: Carriage(names.EMBEDDING_OUT.fates(encoding_format=Fate.EMULATE)),
+    Task.EMBEDDING: Carriage(names.EMBEDDING_OUT.fates(encoding_format=Fate.EMULATE), wire=WIRE),
 }
 
 
-def _decoded(ids: list[int] | list[list[int]], backend: BackendView) -> str | list[str]:
+def _decoded(ids: list[int] | list[list[int]], backend: BackendView[NoOptions]) -> str | list[str]:
     """Token-id prompts as the text an endpoint takes, through the model's tokenizer (the request
     fails with a clear message when none is configured)."""
     if not backend.tokenizer:
@@ -97,16 +97,15 @@ def _decoded(ids: list[int] | list[list[int]], backend: BackendView) -> str | li
 
 
 class DatabricksOutbound:
-    name = "databricks"
-    options_model: type[BaseModel] = NoOptions
+    options_model = NoOptions
     shared_credentials = True
     batch_prompts = True
     forwards_same_wire = True
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage:
+    def carriage(self, req: Request, backend: BackendView[NoOptions]) -> Carriage:
         return _CARRIAGE[req.task]
 
-    def build(self, out: Outgoing) -> UpstreamCall:
+    def build(self, out: Outgoing[NoOptions]) -> UpstreamCall:
         req, backend = out.req, out.backend
         path = f"/serving-endpoints/{quote(endpoint_name(req, backend), safe='')}/invocations"
         if out.same_wire and req.raw is not None:
@@ -145,7 +144,7 @@ class DatabricksOutbound:
     def error_message(self, status: int, body: bytes) -> str:
         return error_text(body)
 
-    def health_path(self, backend: BackendView) -> str:
+    def health_path(self, backend: BackendView[NoOptions]) -> str:
         return f"/api/2.0/serving-endpoints/{quote(backend.model or '', safe='')}"
 
     def health_ok(self, body: bytes) -> bool:
@@ -156,11 +155,3 @@ class DatabricksOutbound:
             return False
         state = obj.get("state") if isinstance(obj, dict) else None
         return isinstance(state, dict) and state.get("ready") == "READY"
-
-    def models(self, body: bytes) -> list[str]:
-        obj = jsonutil.loads(body)
-        if not isinstance(obj, dict):
-            return []
-        if isinstance(obj.get("endpoints"), list):
-            return [e["name"] for e in obj["endpoints"] if isinstance(e, dict) and "name" in e]
-        return [obj["name"]] if isinstance(obj.get("name"), str) else []

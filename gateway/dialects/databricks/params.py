@@ -1,20 +1,14 @@
-"""Databricks' names for the neutral parameters, as data. See docs/dialects/databricks.md.
-
-Databricks spells its fields as OpenAI does; it takes fewer of them.
+"""Databricks' names for the neutral parameters, what clients send and what its servers take, as
+derived from the schema's marked fields (gateway.codec.fields). See docs/dialects/databricks.md.
 """
 
-from gateway.codec.wirenames import WireNames
+from gateway.codec.fields import reading, writing
+from gateway.dialects.databricks.schema import SERVED, ChatRequest, CompletionRequest, EmbeddingRequest
 
-_SHARED = ("temperature", "top_p", "top_k", "max_tokens", "stop", "n")
-# Not in Databricks' reference, but sent by the OpenAI clients it recommends: read as hints.
-_CLIENT_HINTS = ("seed", "presence_penalty", "frequency_penalty", "user")
-_CHAT = ("tools", "tool_choice", "response_format", "top_logprobs")
-_COMPLETION = ("echo", "suffix", "error_behavior")
+CHAT_IN = reading(ChatRequest)
+COMPLETION_IN = reading(CompletionRequest)
+EMBEDDING_IN = reading(EmbeddingRequest)
 
-CHAT_IN = WireNames.of(*_SHARED, *_CLIENT_HINTS, *_CHAT)
-COMPLETION_IN = WireNames.of(*_SHARED, *_CLIENT_HINTS, "echo", "suffix")
-EMBEDDING_IN = WireNames.of("instruction")
-
-CHAT_OUT = WireNames.of("max_tokens", "temperature", "top_p", "top_k", "stop", "n", *_CHAT)
-COMPLETION_OUT = WireNames.of("max_tokens", "temperature", "top_p", "top_k", "stop", "n", *_COMPLETION)
-EMBEDDING_OUT = EMBEDDING_IN
+CHAT_OUT = writing(ChatRequest, SERVED)
+COMPLETION_OUT = writing(CompletionRequest, SERVED)
+EMBEDDING_OUT = writing(EmbeddingRequest, SERVED)

@@ -9,37 +9,39 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext
+from gateway.codec.errors import ErrorTable, stated
 from gateway.dialects.openai import render as openai
-from gateway.neutral.errors import GatewayError, Kind, UpstreamClass, UpstreamError
+from gateway.dialects.openai import stream as openai_stream
+from gateway.neutral.errors import GatewayError, Kind, Unavailable, UpstreamClass, UpstreamError
 from gateway.neutral.types import Answer, EmbeddingResult, Request
 
 EMBEDDING_ID = "emb_"
 
 
+# Databricks' status and `error_code` for each kind.
+ERRORS: ErrorTable = {
+    Kind.VALIDATION: (400, "INVALID_PARAMETER_VALUE"),
+    Kind.UNSUPPORTED: (400, "INVALID_PARAMETER_VALUE"),
+    Kind.AUTH: (401, "UNAUTHENTICATED"),
+    Kind.PERMISSION: (403, "PERMISSION_DENIED"),
+    Kind.NOT_FOUND: (404, "RESOURCE_DOES_NOT_EXIST"),
+    Kind.TOO_LARGE: (413, "BAD_REQUEST"),
+    Kind.CLIENT_TIMEOUT: (408, "BAD_REQUEST"),
+    Kind.RATE_LIMIT: (429, "REQUEST_LIMIT_EXCEEDED"),
+    Kind.TIMEOUT: (504, "DEADLINE_EXCEEDED"),
+    Kind.UNAVAILABLE: (503, "TEMPORARILY_UNAVAILABLE"),
+    Kind.OVERLOADED: (503, "TEMPORARILY_UNAVAILABLE"),
+    Kind.UPSTREAM: (500, "INTERNAL_ERROR"),
+    Kind.INTERNAL: (500, "INTERNAL_ERROR"),
+}
+
+
 def error_status_code(err: GatewayError) -> tuple[int, str]:
-    """The HTTP status and Databricks `error_code` for a gateway error."""
-    kind = err.kind
-    if kind is Kind.VALIDATION or kind is Kind.UNSUPPORTED:
-        return 400, "INVALID_PARAMETER_VALUE"
-    if kind is Kind.AUTH:
-        return 401, "UNAUTHENTICATED"
-    if kind is Kind.PERMISSION:
-        return 403, "PERMISSION_DENIED"
-    if kind is Kind.NOT_FOUND:
-        return 404, "RESOURCE_DOES_NOT_EXIST"
-    if kind is Kind.TOO_LARGE:
-        return 413, "BAD_REQUEST"
-    if kind is Kind.CLIENT_TIMEOUT:
-        return 408, "BAD_REQUEST"
-    if kind is Kind.RATE_LIMIT:
-        return 429, "REQUEST_LIMIT_EXCEEDED"
-    if kind is Kind.TIMEOUT:
-        return 504, "DEADLINE_EXCEEDED"
-    if kind is Kind.UNAVAILABLE or kind is Kind.OVERLOADED:
-        return 503, "TEMPORARILY_UNAVAILABLE"
+    """The HTTP status and Databricks `error_code` for a gateway error: a backend that cannot be
+    reached is the endpoint being unavailable, as Databricks says it."""
     if isinstance(err, UpstreamError) and err.upstream_class is UpstreamClass.CONNECT:
-        return 503, "TEMPORARILY_UNAVAILABLE"
-    return 500, "INTERNAL_ERROR"
+        return stated(ERRORS, Unavailable(err.message))
+    return stated(ERRORS, err)
 
 
 def error_body(err: GatewayError) -> dict[str, Any]:
@@ -86,4 +88,4 @@ def render_result(result: Answer, req: Request, ctx: RenderContext) -> bytes:
     return _ANSWER(result, req, ctx)
 
 
-stream_renderer = openai.stream_renderer(FLAVOUR)
+stream_renderer = openai_stream.stream_renderer(FLAVOUR)

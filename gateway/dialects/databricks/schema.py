@@ -3,27 +3,28 @@ them (docs/dialects/databricks.md#request-validation).
 
 Ranges are the reference's. Unknown top-level fields are allowed (the OpenAI SDK adds its own, and
 `extra_params`, `client_request_id` and `usage_context` are accepted by the real service);
-the sub-objects reuse the OpenAI dialect's pieces where the wire is the same.
+the sub-objects reuse the OpenAI dialect's pieces where the wire is the same. Fields that are
+neutral parameters say so (`Carries`); those a Databricks server takes name its one surface,
+`SERVED`. Databricks spells its fields as OpenAI does; it takes fewer of them.
 """
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from gateway.codec.fields import Carries
+from gateway.codec.validation import OpenModel
 from gateway.dialects.openai.schema import ContentPart, StreamOptions, ToolCall
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Stop = str | list[str] | None
+SERVED = "served"
 
 MAX_TOOLS = 32
 MAX_TOOL_PROPERTIES = 15
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class ChatMessage(_Open):
+class ChatMessage(OpenModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     tool_calls: list[ToolCall] | None = None
@@ -43,7 +44,7 @@ class ChatMessage(_Open):
         return self
 
 
-class FunctionObject(_Open):
+class FunctionObject(OpenModel):
     name: str = Field(min_length=1)
     description: str
     parameters: dict[str, Any] | None = None
@@ -57,28 +58,28 @@ class FunctionObject(_Open):
         return self
 
 
-class ToolObject(_Open):
+class ToolObject(OpenModel):
     type: Literal["function"]
     function: FunctionObject
 
 
-class ToolChoiceFunction(_Open):
+class ToolChoiceFunction(OpenModel):
     name: str
 
 
-class ToolChoiceObject(_Open):
+class ToolChoiceObject(OpenModel):
     type: Literal["function"]
     function: ToolChoiceFunction
 
 
-class JsonSchemaObject(_Open):
+class JsonSchemaObject(OpenModel):
     name: str = Field(min_length=1)
     description: str | None = None
     schema_: dict[str, Any] = Field(alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormatObject(_Open):
+class ResponseFormatObject(OpenModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaObject | None = None
 
@@ -89,35 +90,35 @@ class ResponseFormatObject(_Open):
         return self
 
 
-class _Common(_Open):
+class _Common(OpenModel):
     """Fields chat and completions share, plus the OpenAI-client form's `model`."""
 
     model: str | None = Field(None, min_length=1)
-    max_tokens: PositiveInt | None = None
+    max_tokens: Annotated[PositiveInt | None, Carries(SERVED)] = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    top_k: PositiveInt | None = None
-    stop: Stop = None
+    temperature: Annotated[float | None, Field(ge=0, le=2), Carries(SERVED)] = None
+    top_p: Annotated[float | None, Field(ge=0, le=1), Carries(SERVED)] = None
+    top_k: Annotated[PositiveInt | None, Carries(SERVED)] = None
+    stop: Annotated[Stop, Carries(SERVED)] = None
     # Databricks documents no upper bound; OpenAI's 128 keeps one request from asking for millions.
-    n: int | None = Field(None, gt=0, le=128)
-    # Not in Databricks' reference, but sent by OpenAI clients; carried as sampling hints.
-    seed: int | None = None
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    user: str | None = None
+    n: Annotated[int | None, Field(gt=0, le=128), Carries(SERVED)] = None
+    # Not in Databricks' reference, but sent by OpenAI clients; read as sampling hints, not sent.
+    seed: Annotated[int | None, Carries()] = None
+    presence_penalty: Annotated[float | None, Field(ge=-2, le=2), Carries()] = None
+    frequency_penalty: Annotated[float | None, Field(ge=-2, le=2), Carries()] = None
+    user: Annotated[str | None, Carries()] = None
     extra_params: dict[str, Any] | None = None
     client_request_id: str | None = None
 
 
 class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
-    tool_choice: Literal["none", "auto", "required"] | ToolChoiceObject | None = None
-    tools: Annotated[list[ToolObject], Field(max_length=MAX_TOOLS)] | None = None
-    response_format: ResponseFormatObject | None = None
+    tool_choice: Annotated[Literal["none", "auto", "required"] | ToolChoiceObject | None, Carries(SERVED)] = None
+    tools: Annotated[Annotated[list[ToolObject], Field(max_length=MAX_TOOLS)] | None, Carries(SERVED)] = None
+    response_format: Annotated[ResponseFormatObject | None, Carries(SERVED)] = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20), Carries(SERVED)] = None
 
     @model_validator(mode="after")
     def _checks(self) -> "ChatRequest":
@@ -137,13 +138,14 @@ class ChatRequest(_Common):
 
 class CompletionRequest(_Common):
     prompt: str | Annotated[list[str], Field(min_length=1)]
-    error_behavior: Literal["truncate", "error"] | None = None
-    suffix: str | None = None
-    echo: bool | None = None
+    # (Read by the inbound: only "truncate" asks for anything.)
+    error_behavior: Annotated[Literal["truncate", "error"] | None, Carries(SERVED, read=False)] = None
+    suffix: Annotated[str | None, Carries(SERVED)] = None
+    echo: Annotated[bool | None, Carries(SERVED)] = None
     use_raw_prompt: bool | None = None
 
 
-class EmbeddingRequest(_Open):
+class EmbeddingRequest(OpenModel):
     model: str | None = Field(None, min_length=1)
     input: str | Annotated[list[str], Field(min_length=1)]
-    instruction: str | None = None
+    instruction: Annotated[str | None, Carries(SERVED)] = None

@@ -4,8 +4,9 @@ Its TGI-style routes reuse the TGI dialect's parsing and rendering; its OpenAI-f
 reuse the OpenAI dialect's. Only MindIE's differences live here.
 """
 
-from gateway.codec.contract import Dialect
+from gateway.codec.contract import Demo, Dialect
 from gateway.dialects.mindie.inbound import MindIEInbound
 from gateway.dialects.mindie.outbound import MindIEOutbound
 
-DIALECT = Dialect("mindie", MindIEInbound(), MindIEOutbound())
+# It shares OpenAI's paths, so the embedded default mounts it under a prefix of its own.
+DIALECT = Dialect("mindie", MindIEInbound(), MindIEOutbound(), Demo(prefix="/mindie"))

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, StreamRenderer
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, StreamRenderer
+from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.mindie import render
-from gateway.dialects.mindie.params import VLLM_GENERATE_IN
+from gateway.dialects.mindie.outbound import WIRE
+from gateway.dialects.mindie.params import NATIVE_IN, VLLM_GENERATE_IN
 from gateway.dialects.mindie.schema import (
     InferRequest,
     MindIEChatRequest,
@@ -24,6 +26,7 @@ from gateway.dialects.mindie.schema import (
 )
 from gateway.dialects.openai import inbound as openai
 from gateway.dialects.openai import render as openai_render
+from gateway.dialects.openai import stream as openai_stream
 from gateway.dialects.tgi import inbound as tgi
 from gateway.dialects.tgi import render as tgi_render
 from gateway.neutral import params as neutral
@@ -34,7 +37,8 @@ from gateway.neutral.types import Answer, Message, Request, Task
 DEFAULT_MAX_NEW_TOKENS = 20
 _MEDIA = ("image_url", "video_url", "audio_url")
 
-_STATUS = {
+# MindIE's status and `error_type` for each kind.
+ERRORS: ErrorTable = {
     Kind.VALIDATION: (422, "Input Validation Error"),
     Kind.UNSUPPORTED: (422, "Input Validation Error"),
     Kind.TOO_LARGE: (422, "Input Validation Error"),
@@ -57,12 +61,12 @@ _STATUS = {
 def parse_infer(body: bytes, path: PathValues | None = None) -> Request:
     data = load_object(body)
     m = validate(InferRequest, data)
-    params = tgi.neutral_params(m.parameters)
+    params = tgi.neutral_params(m.parameters, NATIVE_IN)
     if params.max_tokens is None:
         params = params.replace(max_tokens=DEFAULT_MAX_NEW_TOKENS)
     return Request(
         task=Task.COMPLETION,
-        inbound="mindie",
+        wire=WIRE,
         prompt=None if m.input_id is not None else m.inputs,
         prompt_ids=list(m.input_id) if m.input_id is not None else None,
         stream=bool(m.stream),
@@ -107,12 +111,12 @@ def _mindie_way(req: Request) -> Request:
 
 
 def parse_chat(body: bytes, path: PathValues | None = None) -> Request:
-    return _mindie_way(openai.parse_chat(body, path, schema=MindIEChatRequest, inbound="mindie"))
+    return _mindie_way(openai.parse_chat(body, path, schema=MindIEChatRequest, wire=WIRE))
 
 
 def parse_completion(body: bytes, path: PathValues | None = None) -> Request:
     # MindIE's default is its maxIterTimes, not OpenAI's 16: no max_tokens unless the client said.
-    req = openai.parse_completion(body, path, schema=MindIECompletionRequest, inbound="mindie", default_max_tokens=None)
+    req = openai.parse_completion(body, path, schema=MindIECompletionRequest, wire=WIRE, default_max_tokens=None)
     return _mindie_way(req)
 
 
@@ -126,7 +130,7 @@ def parse_vllm_generate(data: dict[str, Any]) -> Request:
         del values["top_k"]
     return Request(
         task=Task.COMPLETION,
-        inbound="mindie",
+        wire=WIRE,
         prompt=m.prompt,
         stream=bool(m.stream),
         params=neutral.make(values),
@@ -135,7 +139,7 @@ def parse_vllm_generate(data: dict[str, Any]) -> Request:
 
 
 def _tgi(data: dict[str, Any], stream: bool) -> Request:
-    return tgi.parse_generate(data, TGIRequest, "mindie", stream, default_max_tokens=DEFAULT_MAX_NEW_TOKENS)
+    return tgi.parse_generate(data, TGIRequest, WIRE, stream, default_max_tokens=DEFAULT_MAX_NEW_TOKENS)
 
 
 def _is_vllm(req: Request) -> bool:
@@ -176,7 +180,7 @@ def _parse_compat(body: bytes, path: PathValues | None = None) -> Request:
 
 
 _OPENAI_ANSWER = openai_render.result_renderer(render.OPENAI_ROUTES)
-_OPENAI_STREAM = openai_render.stream_renderer(render.OPENAI_ROUTES)
+_OPENAI_STREAM = openai_stream.stream_renderer(render.OPENAI_ROUTES)
 INFER = Endpoint(parse_infer, render.render_infer, render.NativeStreamRenderer)
 GENERATE = Endpoint(parse_generate, render_generate, generate_stream_renderer)
 GENERATE_STREAM = Endpoint(_parse_stream, _TGI_OBJECT, tgi_render.stream_renderer(render.TGI_STYLE))
@@ -193,22 +197,22 @@ COMPLETION = Endpoint(parse_completion, _OPENAI_ANSWER, _OPENAI_STREAM)
 
 
 def error_reply(err: GatewayError) -> Reply:
-    status, kind = _STATUS[err.kind]
+    status, kind = stated(ERRORS, err)
     if err.kind is Kind.UPSTREAM and err.status == 500:
         status, kind = 500, "Incomplete Generation"  # the backend's own 500 keeps its meaning
     return Reply(status, jsonutil.dumps({"error": err.message, "error_type": kind}))
 
 
-async def list_models(path: PathValues, group: GroupView) -> Reply:
+async def list_models(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     data = [openai.model_object(m, "MindIE Server") for m in group.model_ids()]
     return Reply(body=jsonutil.dumps({"object": "list", "data": data}))
 
 
-async def health(path: PathValues, group: GroupView) -> Reply:
+async def health(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=None)
 
 
-async def health_timed(path: PathValues, group: GroupView) -> Reply:
+async def health_timed(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     tail = path.get("timed")
     if tail is not None:
         n = tail.removeprefix("timed-")
@@ -218,7 +222,6 @@ async def health_timed(path: PathValues, group: GroupView) -> Reply:
 
 
 class MindIEInbound:
-    name = "mindie"
     mounts: Sequence[Mount] = (
         Mount("POST", "/infer", INFER),
         Mount("POST", "/infer_token", INFER),

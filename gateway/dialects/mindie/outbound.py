@@ -9,24 +9,28 @@ is left out at 1.0; an explicit max token count is always sent, since MindIE's d
 See docs/dialects/mindie.md.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import jsonutil
 from gateway.adapters import count_tokens
+from gateway.codec.capabilities import KvSource
 from gateway.codec.contract import BackendView, Carriage, Outgoing, StreamParser, UpstreamCall
+from gateway.codec.finish import FinishWords
 from gateway.dialects.mindie import params as names
 from gateway.dialects.mindie.reading import FullTextParser
 from gateway.dialects.mindie.schema import TOKEN_ID_ABOVE, TOKEN_ID_MAX
+from gateway.dialects.openai import params as openai_params
 from gateway.dialects.openai import reading as openai_reading
 from gateway.dialects.openai.outbound import message_dict, sampling_fields
 from gateway.dialects.tgi import reading
 from gateway.dialects.tgi.outbound import sampling
+from gateway.modelserver import MINDIE_PAGE
 from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, is_off
-from gateway.neutral.types import Answer, Request, Task
+from gateway.neutral.types import Answer, Finish, Request, Task
 from gateway.records import record
 
 
@@ -40,6 +44,9 @@ class Options(BaseModel):
     prefer: Literal["native", "openai"] = "native"
 
 
+# Every MindIE route is one wire here: a MindIE client's request is translated for whichever
+# route suits it, with the fate policy applied (docs/dialects/mindie.md).
+WIRE = "mindie"
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 _SAMPLING = {"temperature": Fate.MAP, "top_p": Fate.MAP, "do_sample": Fate.MAP}
@@ -49,11 +56,20 @@ _FATES = {
     CHAT: names.CHAT_OUT.fates(logprobs=Fate.MAP, top_logprobs=Fate.MAP, do_sample=Fate.MAP),
 }
 _MEDIA = ("image_url", "video_url", "audio_url")
-
-
-def _options(backend: BackendView) -> Options:
-    opts = backend.options
-    return opts if isinstance(opts, Options) else Options()
+# MindIE versions put either family's finish words on any route, and two of their own for a
+# reason they could not tell (docs/dialects/mindie.md, Finish reasons).
+FINISH_WORDS = (
+    openai_params.FINISH_WORDS
+    | reading.FINISH_WORDS
+    | FinishWords(
+        {
+            "eos": Finish.EOS,
+            "max_tokens": Finish.LENGTH,
+            "invalid finishReason": Finish.UNKNOWN,
+            "invalid flag": Finish.UNKNOWN,
+        }
+    )
+)
 
 
 def endpoint(req: Request, opts: Options) -> str:
@@ -104,7 +120,7 @@ def _plain_media(message: dict[str, Any]) -> dict[str, Any]:
 
 def native_body(req: Request, opts: Options) -> dict[str, Any]:
     p = req.params
-    params = sampling(p, p.max_tokens or opts.default_max_tokens, names.NATIVE_OUT, typical_p_one=True)
+    params = sampling(p, p.max_tokens or opts.default_max_tokens, names.NATIVE_OUT)
     params["details"] = True  # finish reason and token counts come only with details
     body: dict[str, Any] = {}
     if req.prompt_ids is not None:
@@ -144,20 +160,20 @@ class _State:
 
 
 class MindIEOutbound:
-    name = "mindie"
-    options_model: type[BaseModel] = Options
+    options_model = Options
     shared_credentials = False
     batch_prompts = False
     forwards_same_wire = False
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        path = endpoint(req, _options(backend))
+    def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
+        path = endpoint(req, backend.options)
         # Every MindIE endpoint finishes in the event with the last token.
-        return Carriage(_FATES["native" if not path.startswith("/v1/") else path], variant=path, finish_in_band=True)
+        fates = _FATES["native" if not path.startswith("/v1/") else path]
+        return Carriage(fates, variant=path, finish_in_band=True, wire=WIRE)
 
-    def build(self, out: Outgoing) -> UpstreamCall:
+    def build(self, out: Outgoing[Options]) -> UpstreamCall:
         req, backend = out.req, out.backend
-        opts = _options(backend)
+        opts = backend.options
         path = out.variant or endpoint(req, opts)
         openai = path.startswith("/v1/")
         body = openai_body(req, backend.model or req.model, opts) if openai else native_body(req, opts)
@@ -174,21 +190,26 @@ class MindIEOutbound:
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
         st: _State = call.state
         if call.path.startswith("/v1/"):
-            return openai_reading.parse_body(st.req, body)
-        return reading.parse_object(jsonutil.loads(body), st.prompt_tokens)
+            return openai_reading.parse_body(st.req, body, FINISH_WORDS)
+        return reading.parse_object(jsonutil.loads(body), st.prompt_tokens, FINISH_WORDS)
 
     def stream_parser(self, call: UpstreamCall) -> StreamParser:
         st: _State = call.state
         if call.path.startswith("/v1/"):
-            parser: StreamParser = openai_reading.OpenAIStreamParser(st.req.task is Task.CHAT)
+            parser: StreamParser = openai_reading.OpenAIStreamParser(st.req.task is Task.CHAT, words=FINISH_WORDS)
             return FullTextParser(parser) if st.full_text else parser
-        return reading.GenerateStreamParser(st.prompt_tokens)
+        return reading.GenerateStreamParser(st.prompt_tokens, FINISH_WORDS)
 
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(status, body)
 
-    def health_path(self, backend: BackendView) -> str:
+    def health_path(self, backend: BackendView[Options]) -> str:
         return "/health"
 
-    def models(self, body: bytes) -> list[str]:
-        return openai_reading.model_ids(body)
+    def models_path(self, backend: BackendView[Options]) -> str:
+        return "/v1/models"
+
+    def kv_source(self, backend: BackendView[Options], urls: Sequence[str]) -> KvSource:
+        """MindIE's metrics are on its management address and `metricsPort`, which only its own
+        config knows: the backend's `metrics_url` says where."""
+        return KvSource(MINDIE_PAGE, [])

@@ -1,60 +1,30 @@
-"""MindIE's names for the neutral parameters, as data, for each of its request shapes.
+"""MindIE's names for the neutral parameters, for each of its request shapes, as derived from the
+schema's marked fields (gateway.codec.fields).
 
 The native routes (/infer, /infer_token) read TGI's `parameters` object with a few names of
 their own; the vLLM-style /generate reads vLLM's sampling names at the top level; the OpenAI
-routes read OpenAI's names with vLLM's extensions. See docs/dialects/mindie.md.
+routes read OpenAI's names with vLLM's extensions (the OpenAI dialect reads those bodies). See
+docs/dialects/mindie.md.
 """
 
-from gateway.codec.wirenames import WireNames
-
-# The vLLM-style /generate body (`prompt` and sampling fields at the top level).
-VLLM_GENERATE_IN = WireNames.of(
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "ignore_eos",
-    "max_tokens",
-    "stop",
-    "n",
-    "best_of",
+from gateway.codec.fields import reading, writing
+from gateway.dialects.mindie.schema import (
+    NATIVE,
+    OPENAI_ROUTES,
+    MindIEChatRequest,
+    MindIECompletionRequest,
+    NativeParameters,
+    VllmGenerateRequest,
 )
 
-# Native `parameters` a backend gets as they are; temperature, top_p, typical_p and do_sample
-# follow TGI's sampling rules (no temperature 0, no top_p of 1).
-NATIVE_OUT = WireNames([("max_new_tokens", "max_tokens")]).plus(
-    "top_k", "seed", "repetition_penalty", "watermark", "priority", "timeout"
-)
+NATIVE_IN = reading(NativeParameters)
+VLLM_GENERATE_IN = reading(VllmGenerateRequest)
+
+# Temperature, top_p, typical_p and do_sample go by TGI's sampling rules too (no temperature 0).
+NATIVE_OUT = writing(NativeParameters, NATIVE)
+# The OpenAI routes' fields besides logprobs (written in OpenAI's per-task shape).
+COMPLETIONS_OUT = writing(MindIECompletionRequest, OPENAI_ROUTES)
+CHAT_OUT = writing(MindIEChatRequest, OPENAI_ROUTES)
 
 # What only the OpenAI routes take: any of these sends a completion there instead of /infer.
-OPENAI_ONLY = (
-    "stop",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "ignore_eos",
-    "presence_penalty",
-    "frequency_penalty",
-    "n",
-    "best_of",
-    "logprobs",
-    "top_logprobs",
-    "response_format",
-)
-# The OpenAI routes' fields besides logprobs (written in OpenAI's per-task shape).
-COMPLETIONS_OUT = WireNames.of(
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "repetition_penalty",
-    *(n for n in OPENAI_ONLY if n not in ("logprobs", "top_logprobs")),
-)
-CHAT_OUT = COMPLETIONS_OUT.plus("tools", "tool_choice", "chat_template_kwargs")
+OPENAI_ONLY = (*sorted(COMPLETIONS_OUT.carried - NATIVE_OUT.carried), "logprobs", "top_logprobs")

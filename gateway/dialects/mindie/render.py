@@ -21,7 +21,6 @@ from gateway.dialects.openai import render as openai
 from gateway.dialects.tgi import render as tgi
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event, TextDelta, expand
-from gateway.neutral.finish import TGI as FINISH
 from gateway.neutral.types import Answer, Finish, Request, Result, Usage
 
 _dumps = jsonutil.dumps
@@ -82,7 +81,7 @@ NATIVE = replace(TGI_STYLE, name="mindie-native", prompt_tokens=False)
 
 
 def _details(finish: Finish | None, generated: int, ids: list[int] | None, seed: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {"finish_reason": FINISH[finish or Finish.EOS], "generated_tokens": generated}
+    d: dict[str, Any] = {"finish_reason": tgi.FINISH[finish or Finish.EOS], "generated_tokens": generated}
     if ids:
         d["generated_token_ids"] = ids
     d["seed"] = seed

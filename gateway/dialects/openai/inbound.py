@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, RouteView
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, RouteView
 from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
+from gateway.dialects import responses
 from gateway.dialects.openai import params as names
-from gateway.dialects.openai import render
+from gateway.dialects.openai import render, stream
+from gateway.dialects.openai.outbound import WIRES
 from gateway.dialects.openai.schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, plain_chat
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, NotFound
@@ -51,9 +53,9 @@ def parse_chat(
     path: PathValues | None = None,
     *,
     schema: type[ChatCompletionRequest] = ChatCompletionRequest,
-    inbound: str = "openai",
+    wire: str = WIRES[Task.CHAT],
 ) -> Request:
-    """`schema` and `inbound` let OpenAI-flavoured dialects (MindIE) reuse this with their own limits."""
+    """`schema` and `wire` let OpenAI-flavoured dialects (MindIE) reuse this with their own limits."""
     data = load_object(body)
     if schema is ChatCompletionRequest and plain_chat(data):
         # What the model would hold is the body's own values: strict, it converts nothing.
@@ -70,7 +72,7 @@ def parse_chat(
         include_usage = bool(m.stream_options and m.stream_options.include_usage)
     return Request(
         task=Task.CHAT,
-        inbound=inbound,
+        wire=wire,
         model=model,
         messages=messages_from(data["messages"]),
         stream=bool(stream),
@@ -85,7 +87,7 @@ def parse_completion(
     path: PathValues | None = None,
     *,
     schema: type[CompletionRequest] = CompletionRequest,
-    inbound: str = "openai",
+    wire: str = WIRES[Task.COMPLETION],
     default_max_tokens: int | None = 16,  # the API's documented default for completions
 ) -> Request:
     data = load_object(body)
@@ -102,7 +104,7 @@ def parse_completion(
     ids = isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], str)
     return Request(
         task=Task.COMPLETION,
-        inbound=inbound,
+        wire=wire,
         model=m.model,
         prompt=None if ids else prompt,
         prompt_ids=prompt if ids else None,
@@ -121,11 +123,11 @@ def parse_embedding(body: bytes, path: PathValues | None = None) -> Request:
     if isinstance(inp, str) or (inp and isinstance(inp[0], int)):
         inp = [inp]
     params = neutral.make({**names.EMBEDDING_IN.read(data), **more})
-    return Request(task=Task.EMBEDDING, inbound="openai", model=m.model, input=inp, params=params, raw=data)
+    return Request(task=Task.EMBEDDING, wire=WIRES[Task.EMBEDDING], model=m.model, input=inp, params=params, raw=data)
 
 
 RENDER = render.result_renderer(render.OPENAI)
-STREAM = render.stream_renderer(render.OPENAI)
+STREAM = stream.stream_renderer(render.OPENAI)
 CHAT = Endpoint(parse_chat, RENDER, STREAM)
 COMPLETION = Endpoint(parse_completion, RENDER, STREAM)
 EMBEDDING = Endpoint(parse_embedding, RENDER, None)
@@ -142,17 +144,13 @@ def model_object(model: str, owner: str) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": _STARTED, "owned_by": owner}
 
 
-# Backend dialects whose servers list their models at /v1/models, OpenAI's way.
-_LISTS_MODELS = frozenset({"openai", "mindie"})
-
-
 async def _backend_models(group: GroupView, route: RouteView) -> list[dict[str, Any]] | None:
     """The backend's own entries for what this route serves, under the names the route exposes;
     None when the backend keeps no such list or cannot give it now."""
-    if route.backend.dialect not in _LISTS_MODELS:
-        return None
     try:
-        reply = await group.fetch(route, "/v1/models")
+        reply = await group.model_list(route)
+        if reply is None:
+            return None
         listed = jsonutil.loads(reply.body or b"")["data"] if reply.status == 200 else None
     except (GatewayError, jsonutil.JSONDecodeError, KeyError, TypeError):
         return None
@@ -180,11 +178,11 @@ async def _models(group: GroupView) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-async def list_models(path: PathValues, group: GroupView) -> Reply:
+async def list_models(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=jsonutil.dumps({"object": "list", "data": await _models(group)}))
 
 
-async def get_model(path: PathValues, group: GroupView) -> Reply:
+async def get_model(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     model = path["model"]
     for e in await _models(group):
         if e["id"] == model:
@@ -193,7 +191,6 @@ async def get_model(path: PathValues, group: GroupView) -> Reply:
 
 
 class OpenAIInbound:
-    name = "openai"
     mounts: Sequence[Mount] = (
         Mount("POST", "/v1/chat/completions", CHAT),
         Mount("POST", "/v1/completions", COMPLETION),
@@ -201,6 +198,7 @@ class OpenAIInbound:
         Mount("GET", "/v1/models", info=list_models),
         # Model ids may hold slashes ("meta-llama/Llama-3.1-8B"), as the SDK sends them.
         Mount("GET", "/v1/models/{model:.+}", info=get_model),
+        *responses.MOUNTS,
     )
 
     def error_reply(self, err: GatewayError) -> Reply:

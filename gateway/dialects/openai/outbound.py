@@ -6,16 +6,20 @@ its body forwarded as it is, with only the model rewritten (and stream usage ask
 gateway needs for its metrics and withholds from clients that did not ask).
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gateway import jsonutil
-from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
+from gateway.codec.capabilities import KvSource
+from gateway.codec.contract import BackendView, Carriage, Outgoing, StreamParser, UpstreamCall
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.openai import params as names
 from gateway.dialects.openai import reading
+from gateway.dialects.responses import outbound as responses
+from gateway.dialects.responses import reading as responses_reading
+from gateway.modelserver import VLLM_PAGE
 from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Answer, Message, Request, Task
 
@@ -23,9 +27,14 @@ from gateway.neutral.types import Answer, Message, Request, Task
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     extensions: Literal["none", "vllm"] = "none"
+    # The server serves the Responses API itself (the public API and vLLM do): a client of that
+    # API has its body forwarded as it is. Off, its requests are translated to chat completions.
+    responses_api: bool = True
 
 
 PATHS = {Task.CHAT: "/v1/chat/completions", Task.COMPLETION: "/v1/completions", Task.EMBEDDING: "/v1/embeddings"}
+# The wire API of each task's path (Request.wire): a client that spoke it is the server's own.
+WIRES = {Task.CHAT: "openai.chat", Task.COMPLETION: "openai.completions", Task.EMBEDDING: "openai.embeddings"}
 # Besides what the names carry: greedy decoding is said with temperature 0, and logprobs have
 # their own shape per task.
 _SPECIAL = {"do_sample": Fate.MAP, "logprobs": Fate.MAP, "top_logprobs": Fate.MAP}
@@ -39,8 +48,8 @@ def out_names(task: Task, vllm: bool) -> WireNames:
     return names.EMBEDDING_OUT
 
 
-def _vllm(backend: BackendView) -> bool:
-    return getattr(backend.options, "extensions", "none") == "vllm"
+def _vllm(backend: BackendView[Options]) -> bool:
+    return backend.options.extensions == "vllm"
 
 
 def message_dict(m: Message) -> dict[str, Any]:
@@ -94,12 +103,19 @@ def request_body(req: Request, model: str | None, vllm: bool) -> dict[str, Any]:
     return body
 
 
+# The names a client of each wire API sends (what a forwarded body is trimmed by).
+_CLIENT_NAMES = {
+    WIRES[Task.CHAT]: names.CHAT_IN,
+    WIRES[Task.COMPLETION]: names.COMPLETION_IN,
+    WIRES[Task.EMBEDDING]: names.EMBEDDING_IN,
+}
 # vLLM-style servers send a choice's finish in the chunk with its last token; the public API
 # sends it in a chunk of its own.
 _CARRIAGE = {
     (task, vllm): Carriage(
         out_names(task, vllm).fates(**_SPECIAL, **({"encoding_format": Fate.MAP} if task is Task.EMBEDDING else {})),
         finish_in_band=vllm,
+        wire=WIRES[task],
     )
     for task in Task
     for vllm in (False, True)
@@ -118,19 +134,29 @@ def usage_options(asked: Any) -> dict[str, Any]:
 
 
 class OpenAIOutbound:
-    name = "openai"
-    options_model: type[BaseModel] = Options
+    options_model = Options
     shared_credentials = False
     batch_prompts = True
     forwards_same_wire = True
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage:
+    def trims(self, req: Request) -> bool:
+        return req.wire in _CLIENT_NAMES
+
+    def trimmed(self, req: Request, names: Sequence[str]) -> dict[str, Any]:
+        fields = _CLIENT_NAMES[req.wire].fields(names)
+        return {k: v for k, v in (req.raw or {}).items() if k not in fields}
+
+    def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
+        if req.wire == responses.CARRIAGE.wire and backend.options.responses_api:
+            return responses.CARRIAGE
         return _CARRIAGE[req.task, _vllm(backend)]
 
-    def build(self, out: Outgoing) -> UpstreamCall:
+    def build(self, out: Outgoing[Options]) -> UpstreamCall:
         req = out.req
         path = PATHS[req.task]
         model = out.backend.model or req.model
+        if out.same_wire and req.wire == responses.CARRIAGE.wire:
+            return responses.forwarded(req, model)
         if out.same_wire and req.raw is not None:
             # Forward every field the client sent, known to us or not.
             body = dict(req.raw)
@@ -144,19 +170,27 @@ class OpenAIOutbound:
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=req)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
+        if call.path == responses.PATH:
+            return responses_reading.passthrough_body(body, call.rename)
         if call.passthrough:
             return reading.passthrough_body(call.state, body, call.rename)
         return reading.parse_body(call.state, body)
 
-    def stream_parser(self, call: UpstreamCall) -> reading.OpenAIStreamParser:
+    def stream_parser(self, call: UpstreamCall) -> StreamParser:
+        if call.path == responses.PATH:
+            return responses_reading.ResponsesStreamParser(passthrough=True, rename=call.rename)
         req: Request = call.state
         return reading.OpenAIStreamParser(req.task is Task.CHAT, call.passthrough, call.rename)
 
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(body)
 
-    def health_path(self, backend: BackendView) -> str:
+    def health_path(self, backend: BackendView[Options]) -> str:
         return "/v1/models"
 
-    def models(self, body: bytes) -> list[str]:
-        return reading.model_ids(body)
+    def models_path(self, backend: BackendView[Options]) -> str:
+        return "/v1/models"
+
+    def kv_source(self, backend: BackendView[Options], urls: Sequence[str]) -> KvSource:
+        """vLLM-style servers keep their metrics page beside the API; the public API has none."""
+        return KvSource(VLLM_PAGE, [(u, "/metrics") for u in urls] if _vllm(backend) else [])

@@ -1,39 +1,65 @@
-"""OpenAI's names for the neutral parameters, as data: what clients send, what backends get.
-
-The public API and vLLM-style servers (vLLM, SGLang, MindIE's OpenAI routes, LiteLLM) share the
-names; vLLM-style servers take some more. A chat body's `max_completion_tokens` is the public
-API's newer name for `max_tokens` (vLLM-style servers read `max_tokens`). See
-docs/dialects/openai.md.
+"""OpenAI's words, as data: its names for the neutral parameters, what clients send and what each
+server takes (derived from the schema's marked fields, gateway.codec.fields), its finish reasons
+both ways, and its error types. See docs/dialects/openai.md.
 """
 
-from gateway.codec.wirenames import WireNames
+from gateway.codec.errors import ErrorTable
+from gateway.codec.fields import reading, writing
+from gateway.codec.finish import FinishWords
+from gateway.dialects.openai.schema import PUBLIC, VLLM, ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from gateway.neutral.errors import Kind
+from gateway.neutral.types import Finish
 
-# Fields chat and completion bodies share, in the order the API reference lists them.
-_SHARED = ("frequency_penalty", "logit_bias", "max_tokens", "n", "presence_penalty", "seed", "stop")
-_SAMPLING = ("temperature", "top_p", "user")
-# The vLLM-style extensions.
-VLLM_EXTRAS = (
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "ignore_eos",
-    "min_tokens",
+CHAT_IN = reading(ChatCompletionRequest)
+COMPLETION_IN = reading(CompletionRequest)
+EMBEDDING_IN = reading(EmbeddingRequest)
+
+PUBLIC_CHAT_OUT = writing(ChatCompletionRequest, PUBLIC)
+PUBLIC_COMPLETION_OUT = writing(CompletionRequest, PUBLIC)
+VLLM_CHAT_OUT = writing(ChatCompletionRequest, VLLM)
+VLLM_COMPLETION_OUT = writing(CompletionRequest, VLLM)
+EMBEDDING_OUT = writing(EmbeddingRequest, PUBLIC)
+
+
+# The finish words OpenAI's clients know, for each canonical reason.
+FINISH: dict[Finish, str] = {
+    Finish.EOS: "stop",
+    Finish.STOP_STRING: "stop",
+    Finish.STOP_TOKEN: "stop",
+    Finish.LENGTH: "length",
+    Finish.TOOL_CALLS: "tool_calls",
+    Finish.CONTENT_FILTER: "content_filter",
+    Finish.ABORT: "stop",
+    Finish.ERROR: "stop",
+    Finish.UNKNOWN: "stop",
+}
+
+# The finish words OpenAI-style servers send (vLLM adds "abort" and "error").
+FINISH_WORDS = FinishWords(
+    {
+        "stop": Finish.EOS,
+        "length": Finish.LENGTH,
+        "tool_calls": Finish.TOOL_CALLS,
+        "function_call": Finish.TOOL_CALLS,
+        "content_filter": Finish.CONTENT_FILTER,
+        "abort": Finish.ABORT,
+        "error": Finish.ERROR,
+    }
 )
-_CHAT = ("tools", "tool_choice", "response_format", "parallel_tool_calls")
 
-# What clients send. `max_completion_tokens` comes first: it wins over `max_tokens`.
-CHAT_IN = WireNames([("max_completion_tokens", "max_tokens")]).plus(
-    *_SHARED, *_SAMPLING, *VLLM_EXTRAS, *_CHAT, "chat_template_kwargs", "top_logprobs"
-)
-COMPLETION_IN = WireNames.of(*_SHARED, *_SAMPLING, *VLLM_EXTRAS, "suffix")
-EMBEDDING_IN = WireNames.of("dimensions", "user")
-
-# What backends get. The public API: chat sends `max_completion_tokens`.
-PUBLIC_CHAT_OUT = WireNames([("max_completion_tokens", "max_tokens")]).plus(*_SHARED, *_SAMPLING, *_CHAT)
-PUBLIC_COMPLETION_OUT = WireNames.of(*_SHARED, *_SAMPLING, "echo", "suffix", "best_of")
-VLLM_CHAT_OUT = WireNames.of(*_SHARED, *_SAMPLING, *_CHAT, *VLLM_EXTRAS, "chat_template_kwargs")
-VLLM_COMPLETION_OUT = PUBLIC_COMPLETION_OUT.plus(*VLLM_EXTRAS)
-EMBEDDING_OUT = WireNames.of("dimensions", "user")
+# OpenAI's error `type` for each kind; the status is the error's own.
+ERRORS: ErrorTable = {
+    Kind.VALIDATION: (None, "invalid_request_error"),
+    Kind.AUTH: (None, "invalid_request_error"),
+    Kind.PERMISSION: (None, "invalid_request_error"),
+    Kind.NOT_FOUND: (None, "invalid_request_error"),
+    Kind.TOO_LARGE: (None, "invalid_request_error"),
+    Kind.CLIENT_TIMEOUT: (None, "invalid_request_error"),
+    Kind.UNSUPPORTED: (None, "invalid_request_error"),
+    Kind.RATE_LIMIT: (None, "rate_limit_exceeded"),
+    Kind.OVERLOADED: (None, "server_error"),
+    Kind.UPSTREAM: (None, "server_error"),
+    Kind.TIMEOUT: (None, "server_error"),
+    Kind.UNAVAILABLE: (None, "server_error"),
+    Kind.INTERNAL: (None, "server_error"),
+}

@@ -3,13 +3,23 @@
 from typing import Any
 
 from gateway import jsonutil
+from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, kept, renamed
 from gateway.codec.textchunks import TextChunks
+from gateway.dialects.openai.params import FINISH_WORDS as WORDS
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
-from gateway.neutral.finish import openai_finish
-from gateway.neutral.types import Answer, Choice, EmbeddingResult, Request, Result, Task, Usage
+from gateway.neutral.types import Answer, Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
 from gateway.sse import DONE
+
+
+def finish_of(words: FinishWords, finish_reason: object, stop_reason: object = None) -> Finish | None:
+    """A choice's finish, sharpened by vLLM's `stop_reason`: the stop string that matched (a
+    string), the stop token (an integer), or nothing for the end-of-sequence token."""
+    reason = words.read(finish_reason)
+    if reason is Finish.EOS and stop_reason is not None:
+        return Finish.STOP_TOKEN if isinstance(stop_reason, int) else Finish.STOP_STRING
+    return reason
 
 
 def usage_from(obj: Any) -> Usage | None:
@@ -161,12 +171,6 @@ def error_message(body: bytes) -> str:
     return error_text(obj)
 
 
-def model_ids(body: bytes) -> list[str]:
-    """The ids of an OpenAI-style model list (`{"data": [{"id": ...}]}`)."""
-    obj = jsonutil.loads(body)
-    return [m["id"] for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
-
-
 def passthrough_body(req: Request, body: bytes, rename: bytes | None) -> Result:
     """A same-wire answer, which goes to the client as it came (its model renamed when the
     route renames it): only what the metrics need is read, its usage. An error body, or one
@@ -184,14 +188,17 @@ def passthrough_body(req: Request, body: bytes, rename: bytes | None) -> Result:
         []
         if req.task is Task.EMBEDDING
         else [
-            Choice(c.get("index", 0), finish=openai_finish(c.get("finish_reason"), c.get("stop_reason"))) for c in items
+            Choice(c.get("index", 0), finish=finish_of(WORDS, c.get("finish_reason"), c.get("stop_reason")))
+            for c in items
         ]
     )
     out = body if rename is None else renamed(body, "model", rename)
     return Result(choices, usage_from(obj.get("usage")), obj.get("model"), out)
 
 
-def parse_body(req: Request, body: bytes) -> Answer:
+def parse_body(req: Request, body: bytes, words: FinishWords = WORDS) -> Answer:
+    """A whole answer; `words`: the finish vocabulary of the server (one that copies OpenAI's
+    shapes may use words of its own)."""
     obj = jsonutil.loads(body)
     if not isinstance(obj, dict):
         raise ValueError("not an object")
@@ -202,7 +209,7 @@ def parse_body(req: Request, body: bytes) -> Answer:
         return EmbeddingResult([d["embedding"] for d in items], usage_from(obj.get("usage")), obj.get("model"))
     choices = []
     for c in obj["choices"]:
-        finish = openai_finish(c.get("finish_reason"), c.get("stop_reason"))
+        finish = finish_of(words, c.get("finish_reason"), c.get("stop_reason"))
         ids = token_ids(c.get("token_ids"))
         if req.task is Task.CHAT:
             msg = c.get("message") or {}
@@ -233,15 +240,22 @@ def parse_body(req: Request, body: bytes) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename")
+    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename", "_words")
 
-    def __init__(self, chat: bool, passthrough: bool = False, rename: bytes | None = None) -> None:
+    def __init__(
+        self,
+        chat: bool,
+        passthrough: bool = False,
+        rename: bytes | None = None,
+        words: FinishWords = WORDS,
+    ) -> None:
         # Translating, text chunks are read from the first one's template (a pass-through
         # forwards them undecoded instead).
         super().__init__(None if passthrough else TextChunks(b'"content":' if chat else b'"text":'), passthrough)
         self._chat = chat
         self._passthrough = passthrough
         self._rename = rename
+        self._words = words
         self._done = False
         self._finished = False
         self._empty = b'"content":""' if chat else b'"text":""'
@@ -324,7 +338,7 @@ class OpenAIStreamParser(EventParser):
                 text = c.get("text")
                 if text or ids:
                     text_deltas(out, text or "", i, completion_logprobs_to_neutral(c.get("logprobs")), ids)
-            reason = openai_finish(c.get("finish_reason"), c.get("stop_reason"))
+            reason = finish_of(self._words, c.get("finish_reason"), c.get("stop_reason"))
             if reason is not None:
                 self._finished = True
                 out.append(FinishEvent(reason, i))

@@ -2,35 +2,39 @@
 
 Validation happens here, at the edge. Unknown fields are allowed (the public API grows, and
 vLLM-style servers add their own); the vLLM extensions the gateway understands are declared at
-the end of each model so they reach the neutral form.
+the end of each model so they reach the neutral form. Each field that is a neutral parameter says
+so (`Carries`), and which servers take it: the public API (`PUBLIC`) or vLLM-style servers
+(`VLLM`: vLLM, SGLang, MindIE's OpenAI routes, LiteLLM). A chat body's `max_completion_tokens` is
+the public API's newer name for `max_tokens`, which vLLM-style servers read instead. See
+docs/dialects/openai.md.
 """
 
-import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from gateway.codec.fields import Carries, plain_checks
+from gateway.codec.validation import OpenModel
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 NonNegInt = Annotated[int, Field(ge=0)]
+PUBLIC = "public"
+VLLM = "vllm"
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class FunctionCall(_Open):
+class FunctionCall(OpenModel):
     name: str
     arguments: str
 
 
-class ToolCall(_Open):
+class ToolCall(OpenModel):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ContentPart(_Open):
+class ContentPart(OpenModel):
     type: str
 
     @model_validator(mode="after")
@@ -40,7 +44,7 @@ class ContentPart(_Open):
         return self
 
 
-class ChatMessage(_Open):
+class ChatMessage(OpenModel):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -58,19 +62,19 @@ class ChatMessage(_Open):
         return self
 
 
-class FunctionDef(_Open):
+class FunctionDef(OpenModel):
     name: str = Field(min_length=1, max_length=64)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class Tool(_Open):
+class Tool(OpenModel):
     type: Literal["function"]
     function: FunctionDef
 
 
-class ResponseFormat(_Open):
+class ResponseFormat(OpenModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
 
@@ -81,38 +85,38 @@ class ResponseFormat(_Open):
         return self
 
 
-class StreamOptions(_Open):
+class StreamOptions(OpenModel):
     include_usage: bool | None = None
 
 
 Stop = str | Annotated[list[str], Field(max_length=4)] | None
 
 
-class _Sampling(_Open):
+class _Sampling(OpenModel):
     """Fields chat and completions share, plus the vLLM extensions both accept."""
 
     model: str = Field(min_length=1)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1, le=128)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    seed: int | None = None
-    stop: Stop = None
+    frequency_penalty: Annotated[float | None, Field(ge=-2, le=2), Carries(PUBLIC, VLLM)] = None
+    logit_bias: Annotated[dict[str, float] | None, Carries(PUBLIC, VLLM)] = None
+    max_tokens: Annotated[int | None, Field(ge=1), Carries(PUBLIC, VLLM)] = None
+    n: Annotated[int | None, Field(ge=1, le=128), Carries(PUBLIC, VLLM)] = None
+    presence_penalty: Annotated[float | None, Field(ge=-2, le=2), Carries(PUBLIC, VLLM)] = None
+    seed: Annotated[int | None, Carries(PUBLIC, VLLM)] = None
+    stop: Annotated[Stop, Carries(PUBLIC, VLLM)] = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    user: str | None = None
+    temperature: Annotated[float | None, Field(ge=0, le=2), Carries(PUBLIC, VLLM)] = None
+    top_p: Annotated[float | None, Field(ge=0, le=1), Carries(PUBLIC, VLLM)] = None
+    user: Annotated[str | None, Carries(PUBLIC, VLLM)] = None
     # vLLM-style extensions
-    top_k: int | None = Field(None, ge=-1)
-    min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
-    stop_token_ids: list[NonNegInt] | None = None
-    include_stop_str_in_output: bool | None = None
-    skip_special_tokens: bool | None = None
-    ignore_eos: bool | None = None
-    min_tokens: int | None = Field(None, ge=0)
+    top_k: Annotated[int | None, Field(ge=-1), Carries(VLLM)] = None
+    min_p: Annotated[float | None, Field(ge=0, le=1), Carries(VLLM)] = None
+    repetition_penalty: Annotated[float | None, Field(gt=0), Carries(VLLM)] = None
+    stop_token_ids: Annotated[list[NonNegInt] | None, Carries(VLLM)] = None
+    include_stop_str_in_output: Annotated[bool | None, Carries(VLLM)] = None
+    skip_special_tokens: Annotated[bool | None, Carries(VLLM)] = None
+    ignore_eos: Annotated[bool | None, Carries(VLLM)] = None
+    min_tokens: Annotated[int | None, Field(ge=0), Carries(VLLM)] = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -132,14 +136,15 @@ class _Sampling(_Open):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20), Carries()] = None  # sent with logprobs
+    max_completion_tokens: Annotated[int | None, Field(ge=1), Carries(PUBLIC, param="max_tokens", wins=True)] = None
+    response_format: Annotated[ResponseFormat | None, Carries(PUBLIC, VLLM)] = None
+    tools: Annotated[list[Tool] | None, Carries(PUBLIC, VLLM)] = None
+    tool_choice: Annotated[Literal["none", "auto", "required"] | dict[str, Any] | None, Carries(PUBLIC, VLLM)] = None
+    parallel_tool_calls: Annotated[bool | None, Carries(PUBLIC, VLLM)] = None
+    reasoning_effort: Annotated[str | None, Carries(PUBLIC, VLLM)] = None
     # vLLM-style extension
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: Annotated[dict[str, Any] | None, Carries(VLLM)] = None
 
     @model_validator(mode="after")
     def _checks(self) -> "ChatCompletionRequest":
@@ -161,20 +166,21 @@ TokenIds = Annotated[list[NonNegInt], Field(min_length=1)]
 
 class CompletionRequest(_Sampling):
     prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
-    best_of: int | None = Field(None, ge=1, le=20)
-    echo: bool | None = None
+    # (echo and best_of are read by the inbound: only some of their values count.)
+    best_of: Annotated[int | None, Field(ge=1, le=20), Carries(PUBLIC, VLLM, read=False)] = None
+    echo: Annotated[bool | None, Carries(PUBLIC, VLLM, read=False)] = None
     # The public API takes up to 5, vLLM-style servers up to their --max-logprobs (20 unless
     # set): the backend knows its own limit and says so.
     logprobs: int | None = Field(None, ge=0)
-    suffix: str | None = None
+    suffix: Annotated[str | None, Carries(PUBLIC, VLLM)] = None
 
 
-class EmbeddingRequest(_Open):
+class EmbeddingRequest(OpenModel):
     model: str = Field(min_length=1)
     input: str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
     encoding_format: Literal["float", "base64"] | None = None
-    dimensions: int | None = Field(None, ge=1)
-    user: str | None = None
+    dimensions: Annotated[int | None, Field(ge=1), Carries(PUBLIC, VLLM)] = None
+    user: Annotated[str | None, Carries(PUBLIC, VLLM)] = None
 
 
 # ---- the plain chat request, judged without building a model -------------------------------
@@ -186,59 +192,17 @@ class EmbeddingRequest(_Open):
 # (tests/test_openai_plain_chat.py holds the two against each other).
 
 
-def _number(lo: float, hi: float) -> Callable[[object], bool]:
-    return lambda v: v is None or ((type(v) is int or type(v) is float) and lo <= v <= hi)
-
-
-def _int_from(lo: float, hi: float = math.inf) -> Callable[[object], bool]:
-    return lambda v: v is None or (type(v) is int and lo <= v <= hi)
-
-
-def _of(*types: type) -> Callable[[object], bool]:
-    return lambda v: v is None or type(v) in types
-
-
-def _stop(v: object) -> bool:
-    return v is None or type(v) is str or (type(v) is list and len(v) <= 4 and all(type(s) is str for s in v))
-
-
-def _token_ids(v: object) -> bool:
-    return v is None or (type(v) is list and all(type(i) is int and i >= 0 for i in v))
-
-
 def _stream_options(v: object) -> bool:
     # Its "stream must be true" rule is looked at with the whole request.
     return v is None or (type(v) is dict and type(v.get("include_usage")) in (bool, type(None)))
 
 
-_PLAIN_FIELDS: dict[str, Callable[[object], bool]] = {
-    "frequency_penalty": _number(-2, 2),
-    "max_tokens": _int_from(1),
-    "n": _int_from(1, 128),
-    "presence_penalty": _number(-2, 2),
-    "seed": _int_from(-math.inf),
-    "stop": _stop,
-    "stream": _of(bool),
-    "stream_options": _stream_options,
-    "temperature": _number(0, 2),
-    "top_p": _number(0, 1),
-    "user": _of(str),
-    "top_k": _int_from(-1),
-    "min_p": _number(0, 1),
-    "repetition_penalty": _number(math.ulp(0), math.inf),  # above 0
-    "stop_token_ids": _token_ids,
-    "include_stop_str_in_output": _of(bool),
-    "skip_special_tokens": _of(bool),
-    "ignore_eos": _of(bool),
-    "min_tokens": _int_from(0),
-    "logprobs": _of(bool),
-    "top_logprobs": _int_from(0, 20),
-    "max_completion_tokens": _int_from(1),
-    "parallel_tool_calls": _of(bool),
-    "chat_template_kwargs": _of(dict),
-}
-# Declared fields with no check above (tools, response_format, ... and any added later) are left
-# to the model unless null; undeclared ones are extras, which the model takes as they are.
+# Each field's check comes from its type and bounds; stream_options, a model, has its own.
+_PLAIN_FIELDS: dict[str, Callable[[object], bool]] = plain_checks(
+    ChatCompletionRequest, skip=("model", "messages"), own={"stream_options": _stream_options}
+)
+# Declared fields with no check (tools, response_format, ...) are left to the model unless null;
+# undeclared ones are extras, which the model takes as they are.
 _DECLARED = frozenset(ChatCompletionRequest.model_fields) - {"model", "messages"}
 _MESSAGE_OTHERS = tuple(frozenset(ChatMessage.model_fields) - {"role", "content", "name"})
 _TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})

@@ -9,16 +9,20 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway import __version__, jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply
+from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
+from gateway.codec.wirenames import WireNames
 from gateway.dialects.tgi import render
+from gateway.dialects.tgi.outbound import WIRE
 from gateway.dialects.tgi.params import PARAMETERS_IN
 from gateway.dialects.tgi.schema import GenerateRequest
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, Kind, Unsupported
 from gateway.neutral.types import Request, Task
 
-_STATUS = {
+# TGI's status and `error_type` for each kind.
+ERRORS: ErrorTable = {
     Kind.VALIDATION: (422, "validation"),
     Kind.UNSUPPORTED: (422, "validation"),
     Kind.TOO_LARGE: (422, "validation"),
@@ -36,7 +40,7 @@ _STATUS = {
 
 
 def error_body(err: GatewayError, stream: bool = False) -> dict[str, str]:
-    kind = "incomplete_generation_stream" if stream and err.kind is not Kind.VALIDATION else _STATUS[err.kind][1]
+    kind = "incomplete_generation_stream" if stream and err.kind is not Kind.VALIDATION else ERRORS[err.kind][1]
     return {"error": err.message, "error_type": kind}
 
 
@@ -58,8 +62,9 @@ FLAVOUR = render.Flavour(
 )
 
 
-def neutral_params(p: BaseModel | None) -> neutral.Params:
-    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out)."""
+def neutral_params(p: BaseModel | None, wire: WireNames = PARAMETERS_IN) -> neutral.Params:
+    """Neutral params from a validated TGI/MindIE `parameters` object (unset and null left out),
+    read by `wire`, the names of the model it was validated with."""
     if p is None:
         return neutral.NONE
     # The validated fields, read as a dict: only what this dialect's model declares counts.
@@ -68,7 +73,7 @@ def neutral_params(p: BaseModel | None) -> neutral.Params:
         raise Unsupported("parameters.top_n_tokens is not supported by the gateway", param="parameters.top_n_tokens")
     if values.get("grammar") is not None:
         raise Unsupported("parameters.grammar is not supported by the gateway", param="parameters.grammar")
-    return neutral.make(PARAMETERS_IN.read(values))
+    return neutral.make(wire.read(values))
 
 
 def _warps(p: neutral.Params) -> bool:
@@ -84,7 +89,7 @@ def _warps(p: neutral.Params) -> bool:
 def parse_generate(
     data: dict[str, Any],
     model: type[BaseModel],
-    inbound: str,
+    wire: str,
     stream: bool,
     default_max_tokens: int | None = None,
     tgi_rules: bool = False,
@@ -108,7 +113,7 @@ def parse_generate(
     prompt: str = getattr(m, "inputs")  # noqa: B009 - the field lives on every TGI-shaped model
     return Request(
         task=Task.COMPLETION,
-        inbound=inbound,
+        wire=wire,
         prompt=prompt,
         stream=stream,
         params=params,
@@ -122,7 +127,7 @@ def _parse(stream: bool | None) -> Any:
     def parse(body: bytes, path: PathValues) -> Request:
         data = load_object(body)
         return parse_generate(
-            data, GenerateRequest, "tgi", bool(data.get("stream")) if stream is None else stream, tgi_rules=True
+            data, GenerateRequest, WIRE, bool(data.get("stream")) if stream is None else stream, tgi_rules=True
         )
 
     return parse
@@ -133,7 +138,7 @@ GENERATE_STREAM = Endpoint(_parse(True), render.render_result(FLAVOUR, array=Fal
 COMPAT = Endpoint(_parse(None), render.render_result(FLAVOUR, array=True), render.stream_renderer(FLAVOUR))
 
 
-async def info(path: PathValues, group: GroupView) -> Reply:
+async def info(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     ids = group.model_ids()
     body = {
         "model_id": ids[0] if ids else None,
@@ -154,12 +159,11 @@ async def info(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(body))
 
 
-async def health(path: PathValues, group: GroupView) -> Reply:
+async def health(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=None)
 
 
 class TGIInbound:
-    name = "tgi"
     mounts: Sequence[Mount] = (
         Mount("POST", "/generate", GENERATE),
         Mount("POST", "/generate_stream", GENERATE_STREAM),
@@ -169,4 +173,4 @@ class TGIInbound:
     )
 
     def error_reply(self, err: GatewayError) -> Reply:
-        return Reply(_STATUS[err.kind][0], jsonutil.dumps(error_body(err)))
+        return Reply(stated(ERRORS, err)[0], jsonutil.dumps(error_body(err)))

@@ -8,8 +8,6 @@ cuts the text and reports the finish); the list is still sent, so TGI also stops
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
 from gateway import jsonutil
 from gateway.adapters import count_tokens
 from gateway.adapters.prompt import prompt_text
@@ -37,27 +35,18 @@ FATES = PARAMETERS_OUT.fates(
 )
 
 
-def sampling(
-    p: Params, max_tokens: int | None, wire: WireNames = PARAMETERS_OUT, typical_p_one: bool = False
-) -> dict[str, Any]:
-    """Neutral params to TGI/MindIE `parameters`, within the ranges those servers accept:
-    greedy is do_sample false with no temperature, top_p/typical_p of 1 or more are left out
-    (the exclusive bound is rejected; MindIE's native routes take a typical_p of 1), and 0 or
-    less are left out as well."""
+def sampling(p: Params, max_tokens: int | None, wire: WireNames = PARAMETERS_OUT) -> dict[str, Any]:
+    """Neutral params to TGI/MindIE `parameters`, within the ranges the server's schema gives
+    (what is outside is left out: TGI refuses a top_p of 1, the OpenAI default, and a top_k of 0 or
+    -1, vLLM's "off"). Greedy is do_sample false with no temperature (TGI refuses 0) and no top_p
+    or typical_p below 1, either of which would turn sampling on."""
     out = wire.write(p.replace(max_tokens=max_tokens))
     if p.greedy:
         out["do_sample"] = False
-    else:
-        if p.temperature is not None:
-            out["temperature"] = p.temperature
-        if p.do_sample is True:
-            out["do_sample"] = True
+        out.pop("temperature", None)
         for name in ("top_p", "typical_p"):
-            v = getattr(p, name)
-            if v is not None and 0 < v < 1:
-                out[name] = v
-    if typical_p_one and p.typical_p == 1:
-        out["typical_p"] = 1.0
+            if out.get(name, 1) < 1:
+                del out[name]
     return out
 
 
@@ -72,17 +61,20 @@ def _header_int(headers: Mapping[str, str], name: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+WIRE = "tgi"
+_CARRIAGE = Carriage(FATES, finish_in_band=True, wire=WIRE)  # the final event carries the last token
+
+
 class TGIOutbound:
-    name = "tgi"
-    options_model: type[BaseModel] = NoOptions
+    options_model = NoOptions
     shared_credentials = False
     batch_prompts = False
     forwards_same_wire = False
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        return Carriage(FATES, finish_in_band=True)  # the final event carries the last token
+    def carriage(self, req: Request, backend: BackendView[NoOptions]) -> Carriage:
+        return _CARRIAGE
 
-    def build(self, out: Outgoing) -> UpstreamCall:
+    def build(self, out: Outgoing[NoOptions]) -> UpstreamCall:
         req, backend = out.req, out.backend
         if req.task is Task.EMBEDDING:
             raise Unsupported(f"backend {backend.name!r} (tgi) does not serve embeddings", code="unsupported_task")
@@ -112,10 +104,5 @@ class TGIOutbound:
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(status, body)
 
-    def health_path(self, backend: BackendView) -> str:
+    def health_path(self, backend: BackendView[NoOptions]) -> str:
         return "/health"
-
-    def models(self, body: bytes) -> list[str]:
-        obj = jsonutil.loads(body)
-        mid = obj.get("model_id") if isinstance(obj, dict) else None
-        return [mid] if isinstance(mid, str) else []

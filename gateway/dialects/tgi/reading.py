@@ -4,11 +4,13 @@ whole answers, error bodies and the SSE stream, to the neutral form."""
 from typing import Any
 
 from gateway import jsonutil
+from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, broken_off
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
-from gateway.neutral.finish import parse_finish
 from gateway.neutral.types import Choice, Finish, Result, Usage
+
+FINISH_WORDS = FinishWords({"eos_token": Finish.EOS, "stop_sequence": Finish.STOP_STRING, "length": Finish.LENGTH})
 
 
 def ids_list(value: Any) -> list[int] | None:
@@ -45,8 +47,9 @@ def error_message(status: int, body: bytes) -> str:
         return body_text(body)
 
 
-def parse_object(obj: Any, prompt_tokens: int | None = None) -> Result:
-    """A whole TGI/MindIE answer (object, or the one-element array of `POST /`) to a Result."""
+def parse_object(obj: Any, prompt_tokens: int | None = None, words: FinishWords = FINISH_WORDS) -> Result:
+    """A whole TGI/MindIE answer (object, or the one-element array of `POST /`) to a Result;
+    `words`: the server's finish vocabulary."""
     if isinstance(obj, list):
         obj = obj[0]
     if not isinstance(obj, dict):
@@ -61,7 +64,7 @@ def parse_object(obj: Any, prompt_tokens: int | None = None) -> Result:
     if not isinstance(ids, list):
         toks = details.get("tokens")
         ids = [i for t in toks for i in ids_list(t.get("id")) or ()] if isinstance(toks, list) and toks else None
-    finish = parse_finish(details.get("finish_reason")) if details else None
+    finish = words.read(details.get("finish_reason")) if details else None
     completion = details.get("generated_tokens")
     prompt = details.get("prompt_tokens", details.get("input_length", prompt_tokens))
     usage = Usage(prompt, completion) if completion is not None or prompt is not None else None
@@ -77,12 +80,13 @@ class GenerateStreamParser(EventParser):
     failure), which become an UpstreamError; a stream without its final event is truncated.
     """
 
-    __slots__ = ("_final", "_prompt_tokens", "_sent")
+    __slots__ = ("_final", "_prompt_tokens", "_sent", "_words")
     # MindIE may end with its final event and no blank line after it: it still counts.
     unterminated_last = True
 
-    def __init__(self, prompt_tokens: int | None = None) -> None:
+    def __init__(self, prompt_tokens: int | None = None, words: FinishWords = FINISH_WORDS) -> None:
         super().__init__()
+        self._words = words
         self._final = False
         self._sent: list[str] = []
         self._prompt_tokens = prompt_tokens
@@ -117,7 +121,7 @@ class GenerateStreamParser(EventParser):
         if isinstance(gen, str) and len(gen) > len(sent) and gen.startswith(sent):
             out.append(TextDelta(gen[len(sent) :], 0, None, ids))
         details = obj.get("details") or {}
-        out.append(FinishEvent(parse_finish(details.get("finish_reason")) or Finish.EOS))
+        out.append(FinishEvent(self._words.read(details.get("finish_reason")) or Finish.EOS))
         prompt = details.get("prompt_tokens", details.get("input_length", self._prompt_tokens))
         completion = details.get("generated_tokens")
         if prompt is not None or completion is not None:

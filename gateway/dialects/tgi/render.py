@@ -15,9 +15,21 @@ from gateway import jsonutil
 from gateway.codec.contract import RenderContext
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, UsageEvent
-from gateway.neutral.finish import TGI as TGI_FINISH
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
 from gateway.records import record
+
+# The finish words TGI's clients know, for each canonical reason.
+FINISH: dict[Finish, str] = {
+    Finish.EOS: "eos_token",
+    Finish.STOP_STRING: "stop_sequence",
+    Finish.STOP_TOKEN: "stop_sequence",
+    Finish.LENGTH: "length",
+    Finish.TOOL_CALLS: "eos_token",
+    Finish.CONTENT_FILTER: "eos_token",
+    Finish.ABORT: "stop_sequence",
+    Finish.ERROR: "stop_sequence",
+    Finish.UNKNOWN: "eos_token",
+}
 
 _dumps = jsonutil.dumps
 
@@ -75,7 +87,7 @@ def render_object(fl: Flavour, result: Result, req: Request) -> dict[str, Any]:
     details: dict[str, Any] = {}
     if fl.prompt_tokens:
         details["prompt_tokens"] = u.prompt_tokens if u else None
-    details["finish_reason"] = TGI_FINISH[c.finish or Finish.EOS]
+    details["finish_reason"] = FINISH[c.finish or Finish.EOS]
     details["generated_tokens"] = _generated_tokens(u, c.token_ids, 0 if not text else 1)
     details["seed"] = req.params.seed
     details["prefill"] = []
@@ -233,7 +245,7 @@ class HoldBackRenderer(ABC):
         d: dict[str, Any] = {}
         if self._fl.prompt_tokens:
             d["prompt_tokens"] = u.prompt_tokens if u else None
-        d["finish_reason"] = TGI_FINISH[self._finish or Finish.EOS]
+        d["finish_reason"] = FINISH[self._finish or Finish.EOS]
         d["generated_tokens"] = (
             u.completion_tokens if u and u.completion_tokens is not None else (self._n_ids or len(self._texts))
         )

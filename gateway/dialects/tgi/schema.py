@@ -1,43 +1,46 @@
 """TGI request wire models (`{"inputs", "parameters", "stream"}`), fields in the order TGI lists them.
 
 Every field is nullable because the official Python client sends explicit nulls for what the
-caller left unset. MindIE's TGI-style routes subclass these with their own ranges.
+caller left unset. MindIE's TGI-style routes subclass these with their own ranges. Fields that
+are neutral parameters say so (`Carries`), all sent to a TGI server (`TGI`); the ranges are
+TGI's, and a sampling value outside them is left out when writing for it (`in_range`: a top_k
+of 0 or -1, or a top_p of 1, means "off" elsewhere and is refused by TGI). See docs/dialects/tgi.md.
 """
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.codec.fields import Carries
+from gateway.codec.validation import OpenModel
 
 U64 = 2**64 - 1
+TGI = "tgi"
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class Parameters(_Open):
-    best_of: int | None = Field(None, gt=0)
+class Parameters(OpenModel):
+    best_of: Annotated[int | None, Field(gt=0), Carries(TGI)] = None
     decoder_input_details: bool | None = None
     details: bool | None = None
-    do_sample: bool | None = None
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    max_new_tokens: int | None = Field(None, gt=0)
-    repetition_penalty: float | None = Field(None, gt=0)
+    do_sample: Annotated[bool | None, Carries(TGI)] = None
+    frequency_penalty: Annotated[float | None, Field(ge=-2, le=2), Carries(TGI)] = None
+    max_new_tokens: Annotated[int | None, Field(gt=0), Carries(TGI, param="max_tokens")] = None
+    repetition_penalty: Annotated[float | None, Field(gt=0), Carries(TGI)] = None
     return_full_text: bool | None = None
-    seed: int | None = Field(None, ge=0, le=U64)
-    stop: Annotated[list[str], Field(max_length=4)] | None = None
-    temperature: float | None = Field(None, gt=0)
-    top_k: int | None = Field(None, gt=0)
+    seed: Annotated[int | None, Field(ge=0, le=U64), Carries(TGI)] = None
+    stop: Annotated[Annotated[list[str], Field(max_length=4)] | None, Carries(TGI)] = None
+    temperature: Annotated[float | None, Field(gt=0), Carries(TGI, in_range=True)] = None
+    top_k: Annotated[int | None, Field(gt=0), Carries(TGI, in_range=True)] = None
     top_n_tokens: int | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, lt=1)
-    truncate: int | None = Field(None, gt=0)
-    typical_p: float | None = Field(None, gt=0, lt=1)
-    watermark: bool | None = None
+    top_p: Annotated[float | None, Field(gt=0, lt=1), Carries(TGI, in_range=True)] = None
+    truncate: Annotated[int | None, Field(gt=0), Carries(TGI)] = None
+    typical_p: Annotated[float | None, Field(gt=0, lt=1), Carries(TGI, in_range=True)] = None
+    watermark: Annotated[bool | None, Carries(TGI)] = None
     grammar: dict[str, Any] | None = None
     adapter_id: str | None = None
 
 
-class GenerateRequest(_Open):
+class GenerateRequest(OpenModel):
     inputs: str = Field(min_length=1)
     parameters: Parameters | None = None
     stream: bool | None = None

@@ -13,12 +13,14 @@ from typing import Any
 from urllib.parse import quote
 
 from gateway import __version__, jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Mount, PathValues, Reply, RouteView
+from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, RouteView
+from gateway.codec.errors import ErrorTable, stated
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.triton import params as names
 from gateway.dialects.triton import render
 from gateway.dialects.triton.schema import (
     GenerateParameters,
+    Options,
     merged_parameters,
     model_config,
     model_metadata,
@@ -28,21 +30,25 @@ from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, InvalidRequest, Kind, NotFound
 from gateway.neutral.types import Request, Task
 
-# Triton's codes: INVALID_ARG 400, NOT_FOUND 404, INTERNAL 500, UNAVAILABLE 503.
-_STATUS = {
-    Kind.VALIDATION: 400,
-    Kind.AUTH: 401,
-    Kind.PERMISSION: 403,
-    Kind.NOT_FOUND: 404,
-    Kind.TOO_LARGE: 400,
-    Kind.CLIENT_TIMEOUT: 408,
-    Kind.UNSUPPORTED: 400,
-    Kind.RATE_LIMIT: 503,
-    Kind.OVERLOADED: 503,
-    Kind.UPSTREAM: 500,
-    Kind.TIMEOUT: 500,
-    Kind.UNAVAILABLE: 503,
-    Kind.INTERNAL: 500,
+# The generate extension, as a Triton server speaks it (the outbound codec says the same).
+WIRE = "triton"
+
+# Triton's statuses (its codes INVALID_ARG 400, NOT_FOUND 404, INTERNAL 500, UNAVAILABLE 503);
+# its error bodies have no word for the kind.
+ERRORS: ErrorTable = {
+    Kind.VALIDATION: (400, ""),
+    Kind.AUTH: (401, ""),
+    Kind.PERMISSION: (403, ""),
+    Kind.NOT_FOUND: (404, ""),
+    Kind.TOO_LARGE: (400, ""),
+    Kind.CLIENT_TIMEOUT: (408, ""),
+    Kind.UNSUPPORTED: (400, ""),
+    Kind.RATE_LIMIT: (503, ""),
+    Kind.OVERLOADED: (503, ""),
+    Kind.UPSTREAM: (500, ""),
+    Kind.TIMEOUT: (500, ""),
+    Kind.UNAVAILABLE: (503, ""),
+    Kind.INTERNAL: (500, ""),
 }
 
 
@@ -85,7 +91,7 @@ def read_generate(
     version = path.get("version")
     req = Request(
         task=Task.COMPLETION,
-        inbound="triton",
+        wire=WIRE,
         model=path["model"],
         prompt=data["text_input"],
         stream=stream,
@@ -124,13 +130,18 @@ GENERATE_STREAM = Endpoint(_parse(True), render.render_result, render.stream_ren
 _NOT_READY = Reply(400, jsonutil.dumps({"error": "Model version not ready"}))
 
 
+def _triton_backend(route: RouteView) -> bool:
+    return route.backend.dialect == WIRE and isinstance(route.backend.options, Options)
+
+
 def _backend_path(route: RouteView, path: PathValues, tail: str = "") -> str | None:
     """The same path on the route's backend when that is a Triton server (its model name and,
     unless the client named one, its configured version), else None."""
-    if route.backend.dialect != "triton":
+    options = route.backend.options
+    if not _triton_backend(route) or not isinstance(options, Options):
         return None
     out = "/v2/models/" + quote(route.backend.model or path["model"], safe="")
-    version = path.get("version") or getattr(route.backend.options, "model_version", None)
+    version = path.get("version") or options.model_version
     if version:
         out += "/versions/" + quote(version, safe="")
     return out + tail
@@ -156,18 +167,18 @@ def _version_known(path: PathValues) -> None:
         raise NotFound(f"Request for unknown model: '{path['model']}' version {version} is not found")
 
 
-async def live(path: PathValues, group: GroupView) -> Reply:
+async def live(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(200)
 
 
-async def ready(path: PathValues, group: GroupView) -> Reply:
+async def ready(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(200 if await group.ready(group.routes) else 400)
 
 
-async def server_info(path: PathValues, group: GroupView) -> Reply:
+async def server_info(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     """`GET /v2`: the Triton server's own answer where one serves the group, else the gateway's."""
     for route in group.routes:
-        if route.backend.dialect == "triton":
+        if _triton_backend(route):
             try:
                 reply = await group.fetch(route, "/v2")
             except GatewayError:
@@ -177,7 +188,7 @@ async def server_info(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(server_metadata(__version__)))
 
 
-async def metadata(path: PathValues, group: GroupView) -> Reply:
+async def metadata(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     model = path["model"]
     route = group.select(model)
     upstream = _backend_path(route, path)
@@ -187,7 +198,7 @@ async def metadata(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(model_metadata(model)))
 
 
-async def config(path: PathValues, group: GroupView) -> Reply:
+async def config(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     model = path["model"]
     route = group.select(model)
     upstream = _backend_path(route, path, "/config")
@@ -197,7 +208,7 @@ async def config(path: PathValues, group: GroupView) -> Reply:
     return Reply(body=jsonutil.dumps(model_config(model)))
 
 
-async def model_ready(path: PathValues, group: GroupView) -> Reply:
+async def model_ready(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     try:
         route = group.select(path["model"])
     except NotFound:
@@ -232,8 +243,7 @@ def _mounts() -> list[Mount]:
 
 
 class TritonInbound:
-    name = "triton"
     mounts: Sequence[Mount] = tuple(_mounts())
 
     def error_reply(self, err: GatewayError) -> Reply:
-        return Reply(_STATUS.get(err.kind, err.status), jsonutil.dumps({"error": err.message}))
+        return Reply(stated(ERRORS, err)[0], jsonutil.dumps({"error": err.message}))

@@ -8,42 +8,27 @@ parameter names); only the model in the path changes. See docs/dialects/triton.m
 
 import functools
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import quote
 
-from pydantic import BaseModel
+from yarl import URL
 
 from gateway import jsonutil
 from gateway.adapters import Tokenizer, optional_tokenizer
 from gateway.adapters.prompt import prompt_text
-from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
-from gateway.dialects.triton import params as names
+from gateway.codec.capabilities import KvSource
+from gateway.codec.contract import BackendView, Carriage, Inbound, Outgoing, UpstreamCall
+from gateway.dialects.triton.flavors import FLAVORS, Flavor
 from gateway.dialects.triton.reading import CallState, TritonStreamParser, error_body_text, parse_body
 from gateway.dialects.triton.schema import Options
+from gateway.dialects.triton.simulated import SimulatedTriton
 from gateway.neutral.errors import InvalidRequest, Unsupported
-from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Answer, Request, Task
 
-# Every family: the chat template takes its kwargs on the way to the prompt; one sequence per
-# generate call, so n choices are n calls (fan-out).
-_ALL = {"do_sample": Fate.MAP, "chat_template_kwargs": Fate.MAP, "n": Fate.EMULATE}
-FATES: dict[str, dict[str, Fate]] = {
-    # TRT-LLM keeps the stop word; the gateway removes it unless the client asks to keep it.
-    "trtllm": names.TRTLLM.fates(include_stop_str_in_output=Fate.MAP, **_ALL),
-    "vllm": names.VLLM_SAMPLING.fates(**_ALL),
-    # MindIE's Triton route has no stop parameter: the gateway cuts the text itself.
-    "mindie": names.MINDIE.fates(
-        temperature=Fate.MAP,
-        top_p=Fate.MAP,
-        top_k=Fate.MAP,
-        stop=Fate.EMULATE,
-        include_stop_str_in_output=Fate.EMULATE,
-        **_ALL,
-    ),
-}
-MINDIE_ID = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
-_SEED_MAX = 2**63 - 1
+WIRE = "triton"
+# Triton serves its metrics on a port of their own (tritonserver --metrics-port, 8002 by default).
+METRICS_PORT = 8002
+
 # A Triton model is named by its folder in the model repository; MindIE's variant checks the name
 # against [\w\-.]+. A client-chosen name becomes a path segment, so it is held to that rule (and
 # "." or ".." are refused, or the URL would resolve them).
@@ -60,94 +45,8 @@ def client_model_name(name: str | None) -> str:
     return name
 
 
-def _seed(p: Params) -> Params:
-    if p.seed is not None and not 0 <= p.seed <= _SEED_MAX:
-        raise InvalidRequest(
-            f"seed must be within [0, {_SEED_MAX}] for this backend", param="seed", code="invalid_value"
-        )
-    return p
-
-
-def trtllm_body(p: Params, request_id: str, prompt: str, stream: bool, count_tokens: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {}
-    if request_id:
-        body["id"] = request_id
-    body["text_input"] = prompt
-    body.update(names.TRTLLM.write(_seed(p)))
-    # Older ensembles require both word lists; "" is how their own examples say "none".
-    body.setdefault("bad_words", "")
-    body.setdefault("stop_words", "")
-    body["exclude_input_in_output"] = True
-    if p.greedy and p.top_k is None:
-        body["top_k"] = 1  # greedy whatever the executor's default sampling is
-    if count_tokens:
-        body["return_log_probs"] = True
-    if stream:
-        body["stream"] = True
-    return body
-
-
-def vllm_body(p: Params, request_id: str, prompt: str, stream: bool, count_tokens: bool) -> dict[str, Any]:
-    sampling = names.VLLM_SAMPLING.write(_seed(p))
-    if p.do_sample is False and p.temperature is None:
-        sampling["temperature"] = 0.0
-    body: dict[str, Any] = {}
-    if request_id:
-        body["id"] = request_id
-    body["text_input"] = prompt
-    if stream:
-        body["stream"] = True
-    body["sampling_parameters"] = jsonutil.dumps_str(sampling)
-    body["exclude_input_in_output"] = True
-    body["return_finish_reason"] = True
-    body["return_num_input_tokens"] = True
-    body["return_num_output_tokens"] = True
-    return body
-
-
-def mindie_body(p: Params, request_id: str, prompt: str, stream: bool, count_tokens: bool) -> dict[str, Any]:
-    """MindIE's own range rules: temperature > 0 (0 is said as greedy), top_p in (0, 1), top_k > 0."""
-    params: dict[str, Any] = {"details": True}
-    params.update(names.MINDIE.write(_seed(p)))
-    sampling = False
-    greedy = p.do_sample is False
-    if p.temperature is not None:
-        if p.temperature == 0:
-            greedy = True
-        else:
-            params["temperature"] = p.temperature
-            sampling = True
-    if p.top_p is not None:
-        if p.top_p <= 0:
-            greedy = True
-        elif p.top_p < 1:
-            params["top_p"] = p.top_p  # 1.0 (no nucleus cut) is outside MindIE's range: leave it out
-            sampling = True
-    if p.top_k is not None and p.top_k > 0:
-        params["top_k"] = p.top_k
-        sampling = True
-    if greedy:
-        params["do_sample"] = False
-    elif p.do_sample is True or sampling:
-        params["do_sample"] = True
-    body: dict[str, Any] = {}
-    if MINDIE_ID.match(request_id):
-        body["id"] = request_id
-    body["text_input"] = prompt
-    body["parameters"] = params
-    return body
-
-
-BUILDERS: dict[str, Callable[[Params, str, str, bool, bool], dict[str, Any]]] = {
-    "trtllm": trtllm_body,
-    "vllm": vllm_body,
-    "mindie": mindie_body,
-}
-
-
-def _options(backend: BackendView) -> Options:
-    opts = backend.options
-    return opts if isinstance(opts, Options) else Options()
+def flavor_of(backend: BackendView[Options]) -> Flavor:
+    return FLAVORS[backend.options.flavor]
 
 
 @functools.lru_cache(maxsize=256)
@@ -167,21 +66,19 @@ def _prompt_count(st: CallState, tok: Tokenizer | None, asked: bool) -> Callable
 
 
 class TritonOutbound:
-    name = "triton"
-    options_model: type[BaseModel] = Options
+    options_model = Options
     shared_credentials = False
     batch_prompts = False
     forwards_same_wire = True
 
-    def carriage(self, req: Request, backend: BackendView) -> Carriage:
-        flavor = _options(backend).flavor
-        # The vLLM backend (asked for its finish reason) and MindIE (asked for details) say a
-        # sequence is finished in the event with its last text; TRT-LLM's stream just ends.
-        return Carriage(FATES[flavor], finish_in_band=flavor != "trtllm")
+    def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
+        flavor = flavor_of(backend)
+        return Carriage(flavor.fates, finish_in_band=flavor.finish_in_band, wire=WIRE)
 
-    def build(self, out: Outgoing) -> UpstreamCall:
+    def build(self, out: Outgoing[Options]) -> UpstreamCall:
         req, backend = out.req, out.backend
-        opts = _options(backend)
+        opts = backend.options
+        flavor = flavor_of(backend)
         if req.task is Task.EMBEDDING:
             raise Unsupported(
                 f"backend {backend.name!r} (triton generate) cannot compute embeddings", code="unsupported_task"
@@ -194,8 +91,8 @@ class TritonOutbound:
             # back as it is, but for the model's name when the route exposes another.
             raw = req.raw
             details = raw.get("details", (raw.get("parameters") or {}).get("details"))
-            st = CallState(opts.flavor, raw.get("text_input") or "", req.params.max_tokens)
-            st.expect_final = opts.flavor == "mindie" and details is True
+            st = CallState(flavor.reading, raw.get("text_input") or "", req.params.max_tokens)
+            st.expect_final = flavor.final_details and details is True
             st.passthrough = True
             if req.model is not None and req.model != model:
                 st.rename = jsonutil.dumps(req.model)
@@ -205,13 +102,13 @@ class TritonOutbound:
         p = req.params
         max_tokens = p.max_tokens or opts.default_max_tokens
         sent = p if max_tokens == p.max_tokens else p.replace(max_tokens=max_tokens)
-        body = BUILDERS[opts.flavor](sent, out.request_id, prompt, req.stream, opts.count_tokens)
-        st = CallState(opts.flavor, prompt, max_tokens)
+        body = flavor.body(sent, out.request_id, prompt, req.stream, opts.count_tokens)
+        st = CallState(flavor.reading, prompt, max_tokens)
         st.stops_requested = bool(p.stop)
-        st.expect_final = opts.flavor == "mindie"
-        if opts.flavor == "trtllm" and p.stop and not p.include_stop_str_in_output:
+        st.expect_final = flavor.final_details
+        if flavor.keeps_stop_words and p.stop and not p.include_stop_str_in_output:
             st.strip_stops = list(p.stop)
-        count = _prompt_count(st, optional_tokenizer(backend), asked=opts.flavor == "vllm")
+        count = _prompt_count(st, optional_tokenizer(backend), asked=flavor.counts_prompt)
         return UpstreamCall(path, jsonutil.dumps(body), req.stream, state=st, meanwhile=count)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
@@ -223,14 +120,19 @@ class TritonOutbound:
     def error_message(self, status: int, body: bytes) -> str:
         return error_body_text(body)
 
-    def health_path(self, backend: BackendView) -> str:
-        opts = _options(backend)
-        if opts.flavor == "mindie" or not backend.model:
-            # MindIE answers 503 on readiness while merely busy; liveness is the honest probe.
-            return "/v2/health/live" if opts.flavor == "mindie" else "/v2/health/ready"
+    def health_path(self, backend: BackendView[Options]) -> str:
+        if flavor_of(backend).probe_liveness:
+            return "/v2/health/live"
+        if not backend.model:
+            return "/v2/health/ready"
         return "/v2/models/" + quote(backend.model, safe="") + "/ready"
 
-    def models(self, body: bytes) -> list[str]:
-        obj = jsonutil.loads(body)
-        name = obj.get("name") if isinstance(obj, dict) else None
-        return [name] if isinstance(name, str) else []
+    def kv_source(self, backend: BackendView[Options], urls: Sequence[str]) -> KvSource:
+        """Each replica's metrics port (a unix socket has no ports: such a backend needs its
+        `metrics_url`)."""
+        tcp = [URL(u) for u in urls if URL(u).scheme in ("http", "https")]
+        pages = [(str(u.with_port(METRICS_PORT).with_path("/", keep_query=True)), "/metrics") for u in tcp]
+        return KvSource(flavor_of(backend).page, pages)
+
+    def imitation(self, options: Options) -> Inbound:
+        return SimulatedTriton(FLAVORS[options.flavor].imitation)

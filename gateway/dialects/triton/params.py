@@ -1,4 +1,5 @@
-"""The names Triton generate backends give the neutral parameters, as data, per backend family.
+"""The names Triton generate backends give the neutral parameters, per backend family, as derived
+from the schema's marked fields (gateway.codec.fields).
 
 - trtllm: the TensorRT-LLM ensemble's input tensors, sent at the top level of the body;
 - vllm: Triton's vLLM backend, whose sampling settings travel in `sampling_parameters`, a JSON
@@ -8,59 +9,12 @@ What clients send is read by one validated model (gateway.dialects.triton.schema
 every family's spellings. See docs/dialects/triton.md.
 """
 
-from gateway.codec.wirenames import WireNames
+from gateway.codec.fields import reading, writing
+from gateway.dialects.triton import schema
+from gateway.dialects.triton.schema import GenerateParameters, MindIEParameters
 
-# The validated model's fields that are neutral parameters under the same name.
-IN = WireNames.of(
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "typical_p",
-    "seed",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "do_sample",
-    "ignore_eos",
-    "min_tokens",
-    "skip_special_tokens",
-    "include_stop_str_in_output",
-    "stop_token_ids",
-)
-
-TRTLLM = WireNames.of(
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "beam_width",
-    random_seed="seed",
-    stop_words="stop",
-    bad_words="bad_words",
-)
-VLLM_SAMPLING = WireNames.of(
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "stop",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "ignore_eos",
-    "min_tokens",
-    "seed",
-)
-# Temperature, top_p, top_k and do_sample follow MindIE's range rules (see outbound.mindie_body).
-MINDIE = WireNames([("max_new_tokens", "max_tokens")]).plus(
-    "seed", "repetition_penalty", "typical_p", "watermark", "priority", "timeout"
-)
+IN = reading(GenerateParameters)
+TRTLLM = writing(GenerateParameters, schema.TRTLLM)
+VLLM_SAMPLING = writing(GenerateParameters, schema.VLLM)
+# Temperature, top_p and top_k within MindIE's ranges; do_sample as outbound.mindie_body says.
+MINDIE = writing(MindIEParameters, schema.MINDIE)

@@ -7,23 +7,38 @@ streams have no terminator, so the end of the body is a normal end; only MindIE,
 details, promises a final event, and its absence means the stream was cut short.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any
 
 from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
+from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError, body_text, clip, relaying
 from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event
-from gateway.neutral.finish import parse_finish
 from gateway.neutral.types import Choice, Finish, Result, Usage
+from gateway.records import record
+
+
+@record
+class Reading:
+    """How the answers of one backend family (a flavour) say what they say beyond their text."""
+
+    # What one answer or event says of its finish and token counts, kept in the reader.
+    take: "Callable[[Reader, dict[str, Any]], None]"
+    # The answer is over: raise if what came cannot be a whole answer of this family.
+    end: "Callable[[Reader, bool, str], None]"
+    # Its streamed text events are read from the stream's template (they differ in their text
+    # and a count of tokens only).
+    templated: bool = False
 
 
 @dataclass(slots=True)
 class CallState:
-    flavor: str
+    reading: Reading
     prompt: str
     max_tokens: int | None
     # Stop words TRT-LLM leaves in its output that the client wants removed.
@@ -133,36 +148,7 @@ class Reader:
         if type(text) is not str:
             text = _first(text)
             text = text if isinstance(text, str) else ""
-        flavor = self.st.flavor
-        if flavor == "trtllm":
-            if "output_log_probs" in obj:
-                self.completion_tokens = (self.completion_tokens or 0) + _count(obj["output_log_probs"])
-        elif flavor == "vllm":
-            if "finish_reason" in obj:
-                self.saw_finish_field = True
-                reason = parse_finish(_first(obj["finish_reason"]))
-                if reason is not None:
-                    self.finish = reason
-                    self.fresh_finish = True
-            n_in = _first(obj.get("num_input_tokens"))
-            if isinstance(n_in, int):
-                self.prompt_tokens = n_in
-            n_out = _first(obj.get("num_output_tokens"))
-            if isinstance(n_out, int):
-                self.completion_tokens = (self.completion_tokens or 0) + n_out
-        elif flavor == "mindie":
-            details = obj.get("details")
-            if isinstance(details, dict):
-                reason = parse_finish(details.get("finish_reason"))
-                if reason is not None:
-                    self.finish = reason
-                    self.fresh_finish = True
-                gen = details.get("generated_tokens")
-                if isinstance(gen, int):
-                    self.completion_tokens = gen  # a running total in streams
-                n_in = details.get("prompt_tokens")
-                if isinstance(n_in, int):
-                    self.prompt_tokens = n_in
+        self.st.reading.take(self, obj)
         if text:
             self.text.append(text)
         return text
@@ -171,21 +157,7 @@ class Reader:
         st = self.st
         tok = st.tokenizer
         full = "".join(self.text)
-        if st.flavor == "mindie" and st.expect_final and self.finish is None and stream:
-            raise UpstreamError(
-                "backend stream ended without its final event (truncated)", upstream_class=UpstreamClass.MIDSTREAM
-            )
-        if st.flavor == "vllm" and self.saw_finish_field and self.finish is None and stream:
-            raise UpstreamError(
-                "backend stream ended before a finish reason (truncated)", upstream_class=UpstreamClass.MIDSTREAM
-            )
-        if st.flavor == "mindie" and self.finish is Finish.STOP_STRING and not full and not st.stops_requested:
-            # MindIE ends aborted or failed generations this way; with no stop asked for and no
-            # text there is nothing else it can mean.
-            raise UpstreamError(
-                "backend ended the generation with no output (stop_sequence without a stop)",
-                upstream_class=UpstreamClass.MIDSTREAM if stream else UpstreamClass.PROTOCOL,
-            )
+        st.reading.end(self, stream, full)
         completion = self.completion_tokens
         if completion is None and tok is not None:
             completion = tok.count(full)
@@ -240,7 +212,7 @@ class TritonStreamParser(EventParser):
         # their text and their log probabilities, whose number counts the tokens. The template
         # is only learned from an event that has them, so the reader has the server's count and
         # never needs the whole text to count it (the template's texts are not kept).
-        templated = st.flavor == "trtllm" and not st.passthrough and not st.strip_stops
+        templated = st.reading.templated and not st.passthrough and not st.strip_stops
         super().__init__(
             TextChunks(b'"text_output":', b'"output_log_probs":', _count) if templated else None, st.passthrough
         )
@@ -283,3 +255,87 @@ class TritonStreamParser(EventParser):
             out.append(FinishEvent(finish))
         if usage is not None:
             out.append(UsageEvent(usage))
+
+
+# ---- each family's own reading ------------------------------------------------------------
+
+# The vLLM backend's words (vLLM's own: stop, length, abort) and MindIE's (TGI's and OpenAI's).
+_VLLM_WORDS = FinishWords({"stop": Finish.EOS, "length": Finish.LENGTH, "abort": Finish.ABORT})
+_MINDIE_WORDS = _VLLM_WORDS | FinishWords(
+    {
+        "eos_token": Finish.EOS,
+        "eos": Finish.EOS,
+        "stop_sequence": Finish.STOP_STRING,
+        "max_tokens": Finish.LENGTH,
+        "tool_calls": Finish.TOOL_CALLS,
+        "invalid finishReason": Finish.UNKNOWN,
+        "invalid flag": Finish.UNKNOWN,
+    }
+)
+
+
+def _take_trtllm(reader: Reader, obj: dict[str, Any]) -> None:
+    # TRT-LLM names no finish; its output_log_probs hold one value per generated token.
+    if "output_log_probs" in obj:
+        reader.completion_tokens = (reader.completion_tokens or 0) + _count(obj["output_log_probs"])
+
+
+def _take_vllm(reader: Reader, obj: dict[str, Any]) -> None:
+    if "finish_reason" in obj:
+        reader.saw_finish_field = True
+        reason = _VLLM_WORDS.read(_first(obj["finish_reason"]))
+        if reason is not None:
+            reader.finish = reason
+            reader.fresh_finish = True
+    n_in = _first(obj.get("num_input_tokens"))
+    if isinstance(n_in, int):
+        reader.prompt_tokens = n_in
+    n_out = _first(obj.get("num_output_tokens"))
+    if isinstance(n_out, int):
+        reader.completion_tokens = (reader.completion_tokens or 0) + n_out
+
+
+def _take_mindie(reader: Reader, obj: dict[str, Any]) -> None:
+    details = obj.get("details")
+    if isinstance(details, dict):
+        reason = _MINDIE_WORDS.read(details.get("finish_reason"))
+        if reason is not None:
+            reader.finish = reason
+            reader.fresh_finish = True
+        gen = details.get("generated_tokens")
+        if isinstance(gen, int):
+            reader.completion_tokens = gen  # a running total in streams
+        n_in = details.get("prompt_tokens")
+        if isinstance(n_in, int):
+            reader.prompt_tokens = n_in
+
+
+def _end_trtllm(reader: Reader, stream: bool, full: str) -> None:
+    """A TRT-LLM stream just ends: any end is a normal one."""
+
+
+def _end_vllm(reader: Reader, stream: bool, full: str) -> None:
+    if reader.saw_finish_field and reader.finish is None and stream:
+        raise UpstreamError(
+            "backend stream ended before a finish reason (truncated)", upstream_class=UpstreamClass.MIDSTREAM
+        )
+
+
+def _end_mindie(reader: Reader, stream: bool, full: str) -> None:
+    st = reader.st
+    if st.expect_final and reader.finish is None and stream:
+        raise UpstreamError(
+            "backend stream ended without its final event (truncated)", upstream_class=UpstreamClass.MIDSTREAM
+        )
+    if reader.finish is Finish.STOP_STRING and not full and not st.stops_requested:
+        # MindIE ends aborted or failed generations this way; with no stop asked for and no
+        # text there is nothing else it can mean.
+        raise UpstreamError(
+            "backend ended the generation with no output (stop_sequence without a stop)",
+            upstream_class=UpstreamClass.MIDSTREAM if stream else UpstreamClass.PROTOCOL,
+        )
+
+
+TRTLLM_READING = Reading(_take_trtllm, _end_trtllm, templated=True)
+VLLM_READING = Reading(_take_vllm, _end_vllm)
+MINDIE_READING = Reading(_take_mindie, _end_mindie)

@@ -5,15 +5,27 @@ same as a key inside `parameters`, so both are merged before validation. Paramet
 be scalars, as Triton demands of request parameters; only the list-valued tensors LLM backends
 declare (stop and bad words) may be arrays. The vLLM backend's `sampling_parameters` is a string
 holding a JSON object; its keys join the parameters (and may hold lists, such as `stop`).
+
+Fields that are neutral parameters say so (`Carries`), with the backend families that take them
+and their names there: TRT-LLM's ensemble (`TRTLLM`, input tensors at the top level of the body),
+Triton's vLLM backend (`VLLM`, inside `sampling_parameters`) and MindIE's variant (`MINDIE`, under
+`parameters` by MindIE's native names, with MindIE's ranges). Fields marked `Tensor` are the
+inputs the gateway's own generate route describes in its model metadata.
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from gateway import jsonutil
+from gateway.codec.fields import Carries, Tensor, tensor_inputs
+from gateway.codec.validation import OpenModel
 from gateway.neutral.errors import InvalidRequest
 
+TRTLLM = "trtllm"
+VLLM = "vllm"
+MINDIE = "mindie"
+I32 = 2**31 - 1
 RESERVED = ("id", "text_input", "parameters")
 # Inputs that TRT-LLM declares as string tensors of dynamic length: lists are legal there.
 LIST_INPUTS = frozenset({"stop_words", "bad_words", "stop"})
@@ -46,42 +58,73 @@ class GenerateParameters(BaseModel):
 
     Names no backend family uses are ignored, as a Triton model ignores parameters it does not
     read. Aliases cover TRT-LLM (`random_seed`, `runtime_top_k`), the vLLM backend (`seed`,
-    `stop`) and MindIE's variant (`max_new_tokens`).
+    `stop`) and MindIE's variant (`max_new_tokens`). The fields are in the order in which the
+    vLLM backend's `sampling_parameters` string is written.
     """
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    max_tokens: int | None = Field(None, ge=1, validation_alias=_alias("max_tokens", "max_new_tokens"))
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, ge=0, le=1, validation_alias=_alias("top_p", "runtime_top_p"))
-    top_k: int | None = Field(None, ge=-1, validation_alias=_alias("top_k", "runtime_top_k"))
-    min_p: float | None = Field(None, ge=0, le=1)
-    typical_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = Field(None, ge=0, validation_alias=_alias("random_seed", "seed"))
-    stop: str | list[str] | None = Field(None, validation_alias=_alias("stop_words", "stop"))
-    bad_words: str | list[str] | None = None
-    repetition_penalty: float | None = Field(None, gt=0)
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    beam_width: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1, validation_alias=_alias("num_return_sequences", "n"))
-    do_sample: bool | None = None
-    ignore_eos: bool | None = None
-    min_tokens: int | None = Field(None, ge=0)
-    skip_special_tokens: bool | None = None
-    include_stop_str_in_output: bool | None = None
-    exclude_input_in_output: bool | None = None
+    max_tokens: Annotated[int | None, Carries(TRTLLM, VLLM), Tensor()] = Field(
+        None, ge=1, validation_alias=_alias("max_tokens", "max_new_tokens")
+    )
+    temperature: Annotated[float | None, Field(ge=0), Carries(TRTLLM, VLLM), Tensor()] = None
+    top_p: Annotated[float | None, Carries(TRTLLM, VLLM), Tensor()] = Field(
+        None, ge=0, le=1, validation_alias=_alias("top_p", "runtime_top_p")
+    )
+    top_k: Annotated[int | None, Carries(TRTLLM, VLLM), Tensor()] = Field(
+        None, ge=-1, validation_alias=_alias("top_k", "runtime_top_k")
+    )
+    min_p: Annotated[float | None, Field(ge=0, le=1), Carries(VLLM), Tensor()] = None
+    typical_p: Annotated[float | None, Field(gt=0, le=1), Carries(), Tensor()] = None
+    presence_penalty: Annotated[float | None, Carries(TRTLLM, VLLM), Tensor()] = None
+    frequency_penalty: Annotated[float | None, Carries(TRTLLM, VLLM), Tensor()] = None
+    repetition_penalty: Annotated[float | None, Field(gt=0), Carries(TRTLLM, VLLM), Tensor()] = None
+    # Read by the inbound (empty words mean none), as are bad words and the beam width.
+    stop: Annotated[str | list[str] | None, Carries(VLLM, trtllm="stop_words", read=False), Tensor()] = Field(
+        None, validation_alias=_alias("stop_words", "stop")
+    )
+    bad_words: Annotated[str | list[str] | None, Carries(TRTLLM, read=False), Tensor()] = None
     # Only reachable through `sampling_parameters` (a list is not a legal request parameter).
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: Annotated[list[int] | None, Carries(VLLM)] = None
+    include_stop_str_in_output: Annotated[bool | None, Carries(VLLM)] = None
+    skip_special_tokens: Annotated[bool | None, Carries(VLLM)] = None
+    ignore_eos: Annotated[bool | None, Carries(VLLM)] = None
+    min_tokens: Annotated[int | None, Field(ge=0), Carries(VLLM), Tensor()] = None
+    seed: Annotated[int | None, Carries(VLLM, trtllm="random_seed"), Tensor("UINT64")] = Field(
+        None, ge=0, validation_alias=_alias("random_seed", "seed")
+    )
+    beam_width: Annotated[int | None, Field(ge=1), Carries(TRTLLM, read=False), Tensor()] = None
+    n: int | None = Field(None, ge=1, validation_alias=_alias("num_return_sequences", "n"))
+    do_sample: Annotated[bool | None, Carries()] = None
+    exclude_input_in_output: Annotated[bool | None, Tensor()] = None
     # vLLM backend outputs a client may ask for.
-    return_finish_reason: bool | None = None
-    return_num_input_tokens: bool | None = None
-    return_num_output_tokens: bool | None = None
+    return_finish_reason: Annotated[bool | None, Tensor()] = None
+    return_num_input_tokens: Annotated[bool | None, Tensor()] = None
+    return_num_output_tokens: Annotated[bool | None, Tensor()] = None
     # TRT-LLM's log probabilities, and MindIE's details (both read only by a simulated server).
     return_log_probs: bool | None = None
     details: bool | None = None
     # Streaming is chosen by the URL; the flag is accepted and ignored.
-    stream: bool | None = None
+    stream: Annotated[bool | None, Tensor()] = None
+
+
+class MindIEParameters(OpenModel):
+    """`parameters` of MindIE's Triton-style route, by MindIE's native names
+    (docs/dialects/mindie.md#triton-style-route): what the gateway writes for flavor mindie, not
+    what it reads. A sampling value outside MindIE's range is left out (`in_range`): MindIE
+    refuses a temperature of 0 (greedy is said with do_sample), a top_p of 1 and a top_k of 0."""
+
+    max_new_tokens: Annotated[int | None, Carries(MINDIE, param="max_tokens")] = None
+    do_sample: Annotated[bool | None, Carries()] = None  # set by outbound.mindie_body
+    temperature: Annotated[float | None, Field(gt=0), Carries(MINDIE, in_range=True)] = None
+    top_k: Annotated[int | None, Field(gt=0, le=I32), Carries(MINDIE, in_range=True)] = None
+    top_p: Annotated[float | None, Field(gt=0, lt=1), Carries(MINDIE, in_range=True)] = None
+    seed: Annotated[int | None, Carries(MINDIE)] = None
+    repetition_penalty: Annotated[float | None, Carries(MINDIE)] = None
+    typical_p: Annotated[float | None, Carries(MINDIE)] = None
+    watermark: Annotated[bool | None, Carries(MINDIE)] = None
+    priority: Annotated[int | None, Carries(MINDIE)] = None
+    timeout: Annotated[int | None, Carries(MINDIE)] = None
 
 
 def sampling_parameters(value: Any) -> dict[str, Any]:
@@ -162,28 +205,11 @@ class Options(BaseModel):
 
 # What the gateway's own generate route reads (GenerateParameters), as Triton tensors: name,
 # KServe datatype, config data type, shape. Lists are stop and bad words; all else is one value.
+# Parameters are named as TRT-LLM's ensemble names them.
 _INPUTS: tuple[tuple[str, str, str, int], ...] = (
     ("text_input", "BYTES", "TYPE_STRING", 1),
-    ("max_tokens", "INT32", "TYPE_INT32", 1),
-    ("stop_words", "BYTES", "TYPE_STRING", -1),
-    ("bad_words", "BYTES", "TYPE_STRING", -1),
-    ("temperature", "FP32", "TYPE_FP32", 1),
-    ("top_p", "FP32", "TYPE_FP32", 1),
-    ("top_k", "INT32", "TYPE_INT32", 1),
-    ("min_p", "FP32", "TYPE_FP32", 1),
-    ("typical_p", "FP32", "TYPE_FP32", 1),
-    ("random_seed", "UINT64", "TYPE_UINT64", 1),
-    ("repetition_penalty", "FP32", "TYPE_FP32", 1),
-    ("presence_penalty", "FP32", "TYPE_FP32", 1),
-    ("frequency_penalty", "FP32", "TYPE_FP32", 1),
-    ("min_tokens", "INT32", "TYPE_INT32", 1),
-    ("beam_width", "INT32", "TYPE_INT32", 1),
+    *tensor_inputs(GenerateParameters, named_for=TRTLLM),
     ("sampling_parameters", "BYTES", "TYPE_STRING", 1),
-    ("stream", "BOOL", "TYPE_BOOL", 1),
-    ("exclude_input_in_output", "BOOL", "TYPE_BOOL", 1),
-    ("return_finish_reason", "BOOL", "TYPE_BOOL", 1),
-    ("return_num_input_tokens", "BOOL", "TYPE_BOOL", 1),
-    ("return_num_output_tokens", "BOOL", "TYPE_BOOL", 1),
 )
 _OUTPUTS: tuple[tuple[str, str, str, int], ...] = (
     ("text_output", "BYTES", "TYPE_STRING", -1),

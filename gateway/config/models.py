@@ -1,9 +1,5 @@
-"""The config: pydantic models, `${VAR}` expansion, the checks, and one-line error messages.
-Reading it from a file (or making the embedded default) is gateway.configfile's.
-
-The shape is the contract the README's Configuration section shows. Dialect-specific `options`
-are validated by the dialect's own options model, so an unknown option is a config error.
-"""
+"""The config's models: each section's keys, their defaults and bounds, and the checks one
+section can make on its own."""
 
 import ipaddress
 import os
@@ -11,13 +7,45 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
-from pydantic.functional_validators import AfterValidator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from gateway.dialects import registry
 from gateway.upstream import DIRECT, Egress, check_proxy, check_url
 
-DialectName = Literal["openai", "mindie", "tgi", "triton", "databricks"]
+
+def _one_of(names: list[str]) -> str:
+    quoted = [repr(n) for n in names]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else "".join(quoted)
+
+
+def _backend_dialect(name: str) -> str:
+    """A dialect with servers to talk to (the registry's list of names)."""
+    if name not in registry.outbound_names():
+        if name in registry.available():
+            raise ValueError(f"the {name} dialect is spoken only by clients: a backend cannot speak it")
+        raise ValueError(f"Input should be {_one_of(registry.outbound_names())}")
+    return name
+
+
+def _route_dialect(name: str) -> str:
+    """A dialect clients speak (the registry's list of names)."""
+    if name not in registry.inbound_names():
+        if name in registry.available():
+            raise ValueError(f"the {name} dialect is spoken only by servers: a route cannot take it")
+        raise ValueError(f"Input should be {_one_of(registry.inbound_names())}")
+    return name
+
+
+BackendDialect = Annotated[str, AfterValidator(_backend_dialect)]
+RouteDialect = Annotated[str, AfterValidator(_route_dialect)]
 # A header name is an HTTP token; a value holds no line break or NUL (which would smuggle in a
 # header, or a request, of its own).
 HeaderName = Annotated[str, StringConstraints(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
@@ -92,8 +120,7 @@ class Limits(_Strict):
     min_body_rate_bytes_s: int = Field(4096, gt=0)
     body_rate_grace_s: float = Field(10.0, gt=0)
     max_unfinished_bodies_per_client: int = Field(32, gt=0)  # the client as the access log names it
-    # An idle keep-alive connection is closed after this long.
-    client_keepalive_timeout_s: float = Field(75.0, gt=0)
+    client_keepalive_timeout_s: float = Field(75.0, gt=0)  # an idle keep-alive connection is closed then
     # All header lines of one request together.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     # Request bodies held in memory at once, all clients together.
@@ -148,7 +175,7 @@ class BackendTLS(_Strict):
 
 
 class Backend(_Strict):
-    dialect: DialectName
+    dialect: BackendDialect
     url: BackendURL | None = None
     urls: list[BackendURL] | None = None
     simulate: bool = False
@@ -232,9 +259,27 @@ class Tracing(_Strict):
         return v.rstrip("/") + "/v1/traces" if v[m.end() :] in ("", "/") else v
 
 
+class ResponsesStore(_Strict):
+    """What stateful inbound APIs keep between requests (the Responses API's stored responses):
+    in this process, bounded by entries and bytes with the oldest let go first; or in Redis,
+    shared by worker processes and replicas, each entry kept for `ttl_s`."""
+
+    max_entries: int = Field(10_000, gt=0)
+    max_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    redis_url: str | None = None
+    ttl_s: float = Field(30 * 24 * 3600.0, gt=0)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(redis|rediss|unix)://", v):
+            raise ValueError(f"not a redis://, rediss:// or unix:// URL: {v!r}")
+        return v
+
+
 class Route(_Strict):
     name: str = Field(min_length=1)
-    dialect: DialectName
+    dialect: RouteDialect
     backend: str
     models: list[str] | None = None
     prefix: str = ""
@@ -255,6 +300,8 @@ class Config(_Strict):
     logging: Logging = Field(default_factory=Logging)
     shutdown: Shutdown = Field(default_factory=Shutdown)
     tracing: Tracing | None = None
+    responses_store: ResponsesStore = Field(default_factory=ResponsesStore)
+    ui: bool = True  # the status page at /ui/ (on the metrics listener when metrics.port is set)
     # The priority of each InferenceObjective of the pool (its spec.priority: higher goes first),
     # by the name requests carry in the Inference Extension's objective header.
     inference_objectives: dict[str, int] = Field(default_factory=dict)
@@ -279,122 +326,4 @@ def reference_problems(backends: Any, routes: list[tuple[Any, Any]]) -> list[str
         if isinstance(name, str) and name in seen:
             problems.append(f"routes.{i}.name: duplicate route name {name!r}")
         seen.add(name)
-    return problems
-
-
-def _raw_reference_problems(data: dict[str, Any]) -> list[str]:
-    """The same checks on the raw file, so they are reported alongside other field problems
-    (pydantic skips the model validator once any field is invalid)."""
-    backends, routes = data.get("backends"), data.get("routes")
-    if not isinstance(backends, dict) or not isinstance(routes, list):
-        return []
-    pairs = [(r.get("name"), r.get("backend")) if isinstance(r, dict) else (None, None) for r in routes]
-    return reference_problems(backends, pairs)
-
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def expand_env(value: Any, path: str, missing: list[str]) -> Any:
-    """Replace `${VAR}` (or `${VAR:-default}`) in every string of the tree."""
-    if isinstance(value, str):
-
-        def sub(m: re.Match[str]) -> str:
-            name, default = m.group(1), m.group(2)
-            if name in os.environ:
-                return os.environ[name]
-            if default is None:
-                missing.append(f"{path}: environment variable {name} is not set")
-            return default or ""
-
-        return _VAR.sub(sub, value)
-    if isinstance(value, dict):
-        return {k: expand_env(v, f"{path}.{k}" if path else str(k), missing) for k, v in value.items()}
-    if isinstance(value, list):
-        return [expand_env(v, f"{path}.{i}", missing) for i, v in enumerate(value)]
-    return value
-
-
-def _format(err: ValidationError) -> list[str]:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        # Cross-reference checks already carry their own key paths.
-        if e["type"] == "value_error" and re.match(r"^routes\.\d+\.", msg):
-            lines.extend(msg.split("; "))
-        else:
-            lines.append(f"{loc}: {msg}")
-    return lines
-
-
-def parse_config(data: Any) -> Config:
-    if not isinstance(data, dict):
-        raise ConfigError(["(top level): must be a mapping"])
-    missing: list[str] = []
-    data = expand_env(data, "", missing)
-    if missing:
-        raise ConfigError(missing)
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as e:
-        lines = _format(e)
-        raise ConfigError(lines + [p for p in _raw_reference_problems(data) if p not in lines]) from None
-    problems = check_options(config) + path_collisions(config)
-    if problems:
-        raise ConfigError(problems)
-    return config
-
-
-def check_options(config: Config) -> list[str]:
-    """Each backend's `options` against its dialect's options model; routes that would let
-    clients reach endpoints the operator did not list."""
-    problems = []
-    for name, b in config.backends.items():
-        try:
-            registry.get(b.dialect).outbound.options_model.model_validate(b.options)
-        except ValidationError as e:
-            for err in e.errors():
-                loc = ".".join(str(p) for p in err["loc"])
-                problems.append(f"backends.{name}.options.{loc}: {err['msg']}")
-    for i, r in enumerate(config.routes):
-        b = config.backends[r.backend]
-        if registry.get(b.dialect).outbound.shared_credentials and not b.model and not r.models:
-            problems.append(
-                f"routes.{i}.models: backend {r.backend!r} ({b.dialect}) has no `model:`, so clients would pick "
-                "any endpoint its credentials reach; list the models this route may call, or set the backend's model"
-            )
-    return problems
-
-
-def route_paths(config: Config) -> dict[str, list[tuple[str, str]]]:
-    """Route name -> mounted (method, full path) pairs."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for r in config.routes:
-        out[r.name] = [(m.method, r.prefix + m.path) for m in registry.get(r.dialect).inbound.mounts]
-    return out
-
-
-def path_collisions(config: Config) -> list[str]:
-    """Routes of different dialects that would mount the same method and path.
-
-    Routes of the same dialect and prefix share their paths on purpose (they are told apart by
-    the requested model), so only cross-dialect clashes are errors.
-    """
-    owner: dict[tuple[str, str], tuple[int, str, str]] = {}
-    problems: list[str] = []
-    paths = route_paths(config)
-    reported: set[tuple[int, int]] = set()
-    for i, r in enumerate(config.routes):
-        for mp in paths[r.name]:
-            if mp in owner:
-                j, other, other_dialect = owner[mp]
-                if other_dialect != r.dialect and (j, i) not in reported:
-                    reported.add((j, i))
-                    problems.append(
-                        f"routes.{i}.prefix: route {r.name!r} ({r.dialect}) and route {other!r} "
-                        f"({other_dialect}) both mount {mp[0]} {mp[1]}; give one of them a prefix"
-                    )
-            else:
-                owner[mp] = (i, r.name, r.dialect)
     return problems

@@ -2,7 +2,7 @@
 
 The gateway's own Triton inbound is lenient: it takes every family's parameter names and answers
 with the plain generate shape. A simulated server reads a request, and answers, the way the
-server of its `flavor` does:
+server of its flavour does (each flavour, gateway.dialects.triton.flavors, holds its imitation):
 
 - trtllm: `max_tokens` is a required input; stop words stay in the output; the prompt is echoed in
   a whole answer unless `exclude_input_in_output`; `sampling_parameters` means nothing; answers
@@ -14,18 +14,17 @@ server of its `flavor` does:
   carry its `details`, `model_version: null`, and `data:` framing without a space.
 """
 
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__, jsonutil
-from gateway.codec.contract import Endpoint, GroupView, Inbound, Mount, PathValues, RenderContext, Reply
+from gateway.codec.contract import Caller, Endpoint, GroupView, Inbound, Mount, PathValues, RenderContext, Reply
 from gateway.dialects.triton import inbound as triton
 from gateway.dialects.triton import render
-from gateway.dialects.triton.outbound import MINDIE_ID
 from gateway.dialects.triton.schema import (
     GenerateParameters,
-    Options,
     SamplingMode,
     flag,
     merged_parameters,
@@ -34,56 +33,65 @@ from gateway.dialects.triton.schema import (
 )
 from gateway.neutral.errors import GatewayError, InvalidRequest, NotFound
 from gateway.neutral.events import TextDelta
-from gateway.neutral.finish import TGI
+from gateway.neutral.params import Params
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
+from gateway.records import record
 
-SAMPLING: dict[str, SamplingMode] = {"trtllm": "ignore", "vllm": "only", "mindie": "ignore"}
+# MindIE's rule for a request id (it refuses any other).
+MINDIE_ID = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
+# MindIE's finish words, written the way its TGI-like details hold them.
+_MINDIE_FINISH: dict[Finish, str] = {
+    Finish.EOS: "eos_token",
+    Finish.STOP_STRING: "stop_sequence",
+    Finish.STOP_TOKEN: "stop_sequence",
+    Finish.LENGTH: "length",
+    Finish.TOOL_CALLS: "eos_token",
+    Finish.CONTENT_FILTER: "eos_token",
+    Finish.ABORT: "stop_sequence",
+    Finish.ERROR: "stop_sequence",
+    Finish.UNKNOWN: "eos_token",
+}
 VLLM_DEFAULT_MAX_TOKENS = 16
 # Names of NVIDIA's ensembles and of the vLLM backend that MindIE's variant does not read.
 _NOT_MINDIE = ("max_tokens", "stop_words", "stop", "bad_words", "exclude_input_in_output", "stop_token_ids")
 
 
-def read_as(flavor: str, data: dict[str, Any], merged: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """The merged parameters as the imitated server sees them."""
-    if flavor == "trtllm":
-        merged.pop("max_new_tokens", None)
-        merged.pop("stop", None)
-        if "max_tokens" not in merged:
-            raise InvalidRequest("missing required input 'max_tokens'", param="max_tokens", code="invalid_value")
-    elif flavor == "vllm":
-        if stream and merged.get("exclude_input_in_output") is False:
-            raise InvalidRequest(
-                "streaming cannot return the prompt: exclude_input_in_output must not be false",
-                param="exclude_input_in_output",
-                code="invalid_value",
-            )
-        merged.setdefault("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
-    elif flavor == "mindie":
-        rid = data.get("id")
-        if isinstance(rid, str) and not MINDIE_ID.match(rid):
-            raise InvalidRequest("id must match ^[a-zA-Z0-9_-]{1,256}$", param="id", code="invalid_value")
-        for name in _NOT_MINDIE:
-            merged.pop(name, None)
+def _read_trtllm(data: dict[str, Any], merged: dict[str, Any], stream: bool) -> dict[str, Any]:
+    merged.pop("max_new_tokens", None)
+    merged.pop("stop", None)
+    if "max_tokens" not in merged:
+        raise InvalidRequest("missing required input 'max_tokens'", param="max_tokens", code="invalid_value")
     return merged
 
 
-def _parse(flavor: str, stream: bool) -> Any:
-    def parse(body: bytes, path: Any) -> Request:
-        data = triton.body_of(body)
-        merged = read_as(flavor, data, merged_parameters(data, SAMPLING[flavor]), stream)
-        req, m = triton.read_generate(data, path, stream, merged, echo=False)
-        return req.but(params=_adjust(flavor, m, req))
+def _read_vllm(data: dict[str, Any], merged: dict[str, Any], stream: bool) -> dict[str, Any]:
+    if stream and merged.get("exclude_input_in_output") is False:
+        raise InvalidRequest(
+            "streaming cannot return the prompt: exclude_input_in_output must not be false",
+            param="exclude_input_in_output",
+            code="invalid_value",
+        )
+    merged.setdefault("max_tokens", VLLM_DEFAULT_MAX_TOKENS)
+    return merged
 
-    return parse
+
+def _read_mindie(data: dict[str, Any], merged: dict[str, Any], stream: bool) -> dict[str, Any]:
+    rid = data.get("id")
+    if isinstance(rid, str) and not MINDIE_ID.match(rid):
+        raise InvalidRequest("id must match ^[a-zA-Z0-9_-]{1,256}$", param="id", code="invalid_value")
+    for name in _NOT_MINDIE:
+        merged.pop(name, None)
+    return merged
 
 
-def _adjust(flavor: str, m: GenerateParameters, req: Request) -> Any:
-    """Neutral params the fake model needs to answer as the imitated server would."""
-    p = req.params
-    if flavor == "trtllm":
-        p = p.replace(include_stop_str_in_output=True)  # TRT-LLM stops after the stop word
-        if m.return_log_probs:
-            p = p.replace(logprobs=True)  # the fake model's log probabilities fill output_log_probs
+def _adjust_trtllm(m: GenerateParameters, p: Params) -> Params:
+    p = p.replace(include_stop_str_in_output=True)  # TRT-LLM stops after the stop word
+    if m.return_log_probs:
+        p = p.replace(logprobs=True)  # the fake model's log probabilities fill output_log_probs
+    return p
+
+
+def _as_asked(m: GenerateParameters, p: Params) -> Params:
     return p
 
 
@@ -115,7 +123,7 @@ def _mindie_answer(
 ) -> None:
     details: dict[str, Any] = {}
     if finish is not None:
-        details["finish_reason"] = TGI[finish]
+        details["finish_reason"] = _MINDIE_FINISH[finish]
     details.update(generated_tokens=generated, first_token_cost=None, decode_cost=None)
     details.update(batch_size=[1, 1], queue_wait_time=[0, 0])
     out["details"] = details
@@ -139,7 +147,7 @@ class _MindIEEvents:
         self._generated += tokens or 0
         details: dict[str, Any] = {}
         if final and finish is not None:
-            details["finish_reason"] = TGI[finish]  # only the last event has one
+            details["finish_reason"] = _MINDIE_FINISH[finish]  # only the last event has one
         gen = usage.completion_tokens if usage is not None and usage.completion_tokens is not None else self._generated
         details.update(generated_tokens=gen, batch_size=1, queue_wait_time=0)
         out["details"] = details
@@ -150,40 +158,80 @@ class _MindIEEvents:
         self._last = now
 
 
-def _shape(flavor: str, req: Request, ctx: RenderContext, whole: bool) -> render.Shape:
-    raw = req.raw or {}
-    s = render.shape(req, ctx)
-    if flavor == "mindie":
-        if "id" not in s.head:
-            s.head = {"id": ctx.request_id, **s.head}  # MindIE answers with its own id when given none
-        s.head["model_version"] = None
-        s.frame = b"data:"
-        s.finish = s.n_in = s.n_out = False
-        if flag(raw, "details"):
-            s.hold = True
-            s.trail = _mindie_answer if whole else _MindIEEvents(ctx.started).trail
-        else:
-            s.hold = False
-        return s
-    if whole and not flag(raw, "exclude_input_in_output"):
+def _echo(s: render.Shape, req: Request, whole: bool) -> None:
+    """A whole answer starts with the prompt unless the client asked to leave it out."""
+    if whole and not flag(req.raw or {}, "exclude_input_in_output"):
         s.echo = req.prompt if isinstance(req.prompt, str) else ""
-    if flavor == "trtllm":
-        s.finish = s.n_in = s.n_out = s.hold = False
-        s.lead = _trtllm_answer if whole else _trtllm_event
-    return s
 
 
-def _render(flavor: str) -> Any:
+def _shape_trtllm(s: render.Shape, req: Request, ctx: RenderContext, whole: bool) -> None:
+    _echo(s, req, whole)
+    s.finish = s.n_in = s.n_out = s.hold = False
+    s.lead = _trtllm_answer if whole else _trtllm_event
+
+
+def _shape_vllm(s: render.Shape, req: Request, ctx: RenderContext, whole: bool) -> None:
+    _echo(s, req, whole)
+
+
+def _shape_mindie(s: render.Shape, req: Request, ctx: RenderContext, whole: bool) -> None:
+    if "id" not in s.head:
+        s.head = {"id": ctx.request_id, **s.head}  # MindIE answers with its own id when given none
+    s.head["model_version"] = None
+    s.frame = b"data:"
+    s.finish = s.n_in = s.n_out = False
+    if flag(req.raw or {}, "details"):
+        s.hold = True
+        s.trail = _mindie_answer if whole else _MindIEEvents(ctx.started).trail
+    else:
+        s.hold = False
+
+
+@record
+class Imitation:
+    """How the server of one flavour reads a generate request and writes its answer."""
+
+    # What `sampling_parameters` does on it (see schema.merged_parameters).
+    sampling: SamplingMode
+    # The merged parameters as it sees them (it may refuse some, or fill in its defaults).
+    read: Callable[[dict[str, Any], dict[str, Any], bool], dict[str, Any]]
+    # The neutral parameters the fake model needs to answer as it would.
+    adjust: Callable[[GenerateParameters, Params], Params]
+    # Its answer's shape, from the plain generate one.
+    shape: Callable[[render.Shape, Request, RenderContext, bool], None]
+
+    def answer_shape(self, req: Request, ctx: RenderContext, whole: bool) -> render.Shape:
+        s = render.shape(req, ctx)
+        self.shape(s, req, ctx, whole)
+        return s
+
+
+TRTLLM = Imitation("ignore", _read_trtllm, _adjust_trtllm, _shape_trtllm)
+VLLM = Imitation("only", _read_vllm, _as_asked, _shape_vllm)
+MINDIE = Imitation("ignore", _read_mindie, _as_asked, _shape_mindie)
+
+
+def _parse(server: Imitation, stream: bool) -> Any:
+    def parse(body: bytes, path: Any) -> Request:
+        data = triton.body_of(body)
+        merged = server.read(data, merged_parameters(data, server.sampling), stream)
+        req, m = triton.read_generate(data, path, stream, merged, echo=False)
+        return req.but(params=server.adjust(m, req.params))
+
+    return parse
+
+
+def _render(server: Imitation) -> Any:
     def render_result(result: Answer, req: Request, ctx: RenderContext) -> bytes:
         assert isinstance(result, Result)
-        return render.answer(_shape(flavor, req, ctx, whole=True), result)
+        return render.answer(server.answer_shape(req, ctx, whole=True), result)
 
     return render_result
 
 
-def _stream(flavor: str) -> Any:
+def _stream(server: Imitation) -> Any:
     def make(req: Request, ctx: RenderContext) -> render.TritonStreamRenderer:
-        return render.TritonStreamRenderer(req, ctx, _shape(flavor, req, ctx, whole=False))
+        return render.TritonStreamRenderer(req, ctx, server.answer_shape(req, ctx, whole=False))
 
     return make
 
@@ -191,21 +239,21 @@ def _stream(flavor: str) -> Any:
 # The simulated server describes itself: there is no server behind it to ask.
 
 
-async def _server(path: PathValues, group: GroupView) -> Reply:
+async def _server(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     return Reply(body=jsonutil.dumps({"name": "triton", "version": __version__, "extensions": []}))
 
 
-async def _metadata(path: PathValues, group: GroupView) -> Reply:
+async def _metadata(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     group.select(path["model"])
     return Reply(body=jsonutil.dumps(model_metadata(path["model"])))
 
 
-async def _config(path: PathValues, group: GroupView) -> Reply:
+async def _config(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     group.select(path["model"])
     return Reply(body=jsonutil.dumps(model_config(path["model"])))
 
 
-async def _model_ready(path: PathValues, group: GroupView) -> Reply:
+async def _model_ready(path: PathValues, group: GroupView, caller: Caller) -> Reply:
     try:
         group.select(path["model"])
     except NotFound:
@@ -224,12 +272,9 @@ _INFO: dict[Any, Any] = {
 class SimulatedTriton:
     """Triton's inbound with its generate paths read and answered as one server family does."""
 
-    name = "triton"
-
-    def __init__(self, options: Options) -> None:
-        flavor = options.flavor
-        generate = Endpoint(_parse(flavor, False), _render(flavor), None, triton.path_model)
-        stream = Endpoint(_parse(flavor, True), _render(flavor), _stream(flavor), triton.path_model)
+    def __init__(self, server: Imitation) -> None:
+        generate = Endpoint(_parse(server, False), _render(server), None, triton.path_model)
+        stream = Endpoint(_parse(server, True), _render(server), _stream(server), triton.path_model)
         swap = {triton.GENERATE: generate, triton.GENERATE_STREAM: stream}
         self.mounts: Sequence[Mount] = [
             Mount(

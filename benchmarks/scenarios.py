@@ -1,0 +1,167 @@
+"""What is measured: each way through the gateway as one declaration, and the gateway
+configuration made of them.
+
+A scenario is a client (an inbound dialect's request, whole and streamed: `Client`), a backend
+behind the stub (`Upstream`) and the stub's answer it gets (a key of `stub.ANSWERS`). Adding one
+is one entry in SCENARIOS; every scenario is measured as JSON and stream at many connections
+and as JSON at one, and, with `paced=True`, as paced streams. A client or backend that does not
+exist yet is one declaration more: a `Client` of a new body (`OPENAI_CHAT.asking("alias")` for a
+model alias), an `Upstream` of a new base path under the stub (a recorded answer of a server
+that `stub.ANSWERS` serves there), with the route's own settings (`route={"models": [...]}`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello"}]}
+INFER_TOKEN = {"input_id": [9906, 11, 1268, 527, 499, 3432, 30], "parameters": {"max_new_tokens": 256, "details": True}}
+TGI = {"inputs": "Say hello", "parameters": {"max_new_tokens": 256}}
+CHAT_PATH = "/v1/chat/completions"
+# The gateway's routes: /json/KEY, /stream/KEY and /paced/KEY, each on a backend of its own
+# whose url picks whole answers, streams or the paced streams.
+VARIANTS = ("json", "stream", "paced")
+
+
+@dataclass(frozen=True)
+class Client:
+    """What a client of one inbound dialect sends, and the shape its answers come in (openai:
+    chat; mindie: native; tgi), which is how they are checked (benchmarks.answers)."""
+
+    dialect: str
+    shape: str
+    json_path: str
+    stream_path: str
+    json_body: dict[str, Any]
+    stream_body: dict[str, Any]
+
+    def path(self, stream: bool) -> str:
+        return self.stream_path if stream else self.json_path
+
+    def body(self, stream: bool) -> dict[str, Any]:
+        return self.stream_body if stream else self.json_body
+
+    def asking(self, model: str) -> Client:
+        """The same request for another model name (an alias a route lists)."""
+        return replace(
+            self, json_body={**self.json_body, "model": model}, stream_body={**self.stream_body, "model": model}
+        )
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A backend of the gateway's configuration, served by the stub: `base` is its url's path
+    under the stub (stub.Answer.base), `settings` the rest of its configuration; scenarios that
+    share one share the backend."""
+
+    name: str
+    dialect: str
+    base: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    tokenizer: bool = False  # given the run's tokenizer folder (a chat template reaches it)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One way through the gateway: the client, the backend, and the answer the backend gives."""
+
+    key: str  # the routes' prefixes (/json/KEY, /stream/KEY, /paced/KEY) and the rows' name
+    title: str
+    client: Client
+    upstream: Upstream
+    answer: str  # a key of stub.ANSWERS
+    translating: bool = True
+    paced: bool = False  # also measured as paced streams
+    route: dict[str, Any] = field(default_factory=dict)  # the route's own settings (models: ...)
+
+
+OPENAI_CHAT = Client("openai", "openai", CHAT_PATH, CHAT_PATH, CHAT, {**CHAT, "stream": True})
+MINDIE_INFER_TOKEN = Client(
+    "mindie",
+    "mindie",
+    "/infer_token",
+    "/infer_token",
+    {**INFER_TOKEN, "stream": False},
+    {**INFER_TOKEN, "stream": True},
+)
+TGI_GENERATE = Client("tgi", "tgi", "/generate", "/generate_stream", TGI, TGI)
+# Databricks chat answers are OpenAI's chat shape.
+DATABRICKS_CHAT = Client(
+    "databricks",
+    "openai",
+    "/serving-endpoints/gpt-4o-mini/invocations",
+    "/serving-endpoints/gpt-4o-mini/invocations",
+    {"messages": CHAT["messages"]},
+    {"messages": CHAT["messages"], "stream": True},
+)
+
+OPENAI = Upstream("openai", "openai")
+MINDIE = Upstream("mindie", "mindie", "/mindie", {"model": "qwen"})  # chat goes to MindIE's /v1/chat/completions
+TRITON = Upstream("triton", "triton", settings={"model": "bench", "options": {"flavor": "trtllm"}}, tokenizer=True)
+
+SCENARIOS = [
+    Scenario(
+        "openai-openai",
+        "OpenAI -> OpenAI (pass-through)",
+        OPENAI_CHAT,
+        OPENAI,
+        "openai chat",
+        translating=False,
+        paced=True,
+    ),
+    Scenario("openai-mindie", "OpenAI -> MindIE chat", OPENAI_CHAT, MINDIE, "mindie chat", paced=True),
+    Scenario("openai-triton", "OpenAI -> Triton (TRT-LLM, chat template)", OPENAI_CHAT, TRITON, "triton generate"),
+    # Token ids go to /v1/completions as the prompt.
+    Scenario("mindie-openai", "MindIE /infer_token -> OpenAI", MINDIE_INFER_TOKEN, OPENAI, "openai completion"),
+    Scenario("tgi-openai", "TGI /generate -> OpenAI", TGI_GENERATE, OPENAI, "openai completion"),
+    Scenario("databricks-openai", "Databricks invocations -> OpenAI", DATABRICKS_CHAT, OPENAI, "openai chat"),
+]
+PASS_THROUGH = SCENARIOS[0]
+PACED = [sc for sc in SCENARIOS if sc.paced]
+# The floor and direct rows: OpenAI chat at the stub's own paths, the streams under /stream.
+BASELINE = Scenario(
+    "openai-chat",
+    "OpenAI chat",
+    replace(OPENAI_CHAT, stream_path="/stream" + CHAT_PATH),
+    OPENAI,
+    "openai chat",
+    translating=False,
+)
+
+
+def path(sc: Scenario, variant: str, stream: bool) -> str:
+    """The gateway's path for the scenario's request in one variant (json, stream, paced)."""
+    return f"/{variant}/{sc.key}{sc.client.path(stream)}"
+
+
+def gateway_config(tokenizer: Path, nginx_port: int, paced_port: int) -> dict[str, Any]:
+    """Every scenario's routes, by prefix, on the stub (nginx) and the paced upstream. The
+    limits' defaults (1024 requests in flight, 256 connections per backend) do not hold 64
+    connections back."""
+    upstreams = {
+        "json": f"http://127.0.0.1:{nginx_port}",
+        "stream": f"http://127.0.0.1:{nginx_port}/stream",
+        "paced": f"http://127.0.0.1:{paced_port}/stream",
+    }
+    backends: dict[str, Any] = {}
+    routes = []
+    for variant in VARIANTS:
+        for sc in PACED if variant == "paced" else SCENARIOS:
+            up = sc.upstream
+            name = f"{up.name}-{variant}"
+            backends[name] = {"dialect": up.dialect, "url": upstreams[variant] + up.base, **up.settings}
+            if up.tokenizer:
+                backends[name]["tokenizer"] = str(tokenizer)
+            route = {"name": f"{sc.key}-{variant}", "dialect": sc.client.dialect, "backend": name}
+            routes.append({**route, "prefix": f"/{variant}/{sc.key}", **sc.route})
+    return {
+        "listen": {"host": "127.0.0.1", "port": 0},
+        # No access log: the floor writes none either; what logging costs is the deployment's choice.
+        "logging": {"access_log": False},
+        # Stopping must not wait: nothing is in flight when the benchmark stops the gateway.
+        "shutdown": {"drain_delay_s": 0, "grace_s": 1},
+        "backends": backends,
+        "routes": routes,
+    }

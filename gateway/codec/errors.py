@@ -1,0 +1,16 @@
+"""How a dialect states its errors: one table from each kind of gateway error to the status its
+clients get and the dialect's own word for it (OpenAI's `type`, TGI's `error_type`, Databricks'
+`error_code`...). A status of None keeps the error's own (a backend's 5xx stays a 5xx)."""
+
+from collections.abc import Mapping
+
+from gateway.neutral.errors import GatewayError, Kind
+
+# Kind -> (status, or None for the error's own; the dialect's word for the kind)
+ErrorTable = Mapping[Kind, tuple[int | None, str]]
+
+
+def stated(table: ErrorTable, err: GatewayError) -> tuple[int, str]:
+    """The status and word `table` gives `err`."""
+    status, word = table[err.kind]
+    return (err.status if status is None else status), word

@@ -1,0 +1,201 @@
+"""Reading a Messages server (Anthropic's API, vLLM's /v1/messages): whole answers, error bodies
+and the named event stream, to the neutral form."""
+
+from typing import Any
+
+from gateway import jsonutil
+from gateway.codec.finish import FinishWords
+from gateway.codec.parsing import PARSE_ERRORS, renamed
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
+from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.types import Choice, Finish, Result, Usage
+from gateway.sse import SSEDecoder, SSEEvent, encode_data
+
+FINISH_WORDS = FinishWords(
+    {
+        "end_turn": Finish.EOS,
+        "max_tokens": Finish.LENGTH,
+        "stop_sequence": Finish.STOP_STRING,
+        "tool_use": Finish.TOOL_CALLS,
+        "refusal": Finish.CONTENT_FILTER,
+        "pause_turn": Finish.ABORT,
+        "model_context_window_exceeded": Finish.LENGTH,
+    }
+)
+
+
+def error_text(obj: Any) -> str:
+    """The message of Anthropic's error body, or of the OpenAI-shaped one vLLM sends when it
+    refuses a body before reading it as Messages."""
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return clip(str(obj))
+
+
+def error_message(body: bytes) -> str:
+    try:
+        return error_text(jsonutil.loads(body))
+    except jsonutil.JSONDecodeError:
+        return body_text(body)
+
+
+def usage_from(obj: Any, prompt: int | None = None) -> Usage | None:
+    """Neutral usage: the prompt's tokens are all its input tokens, cached or not."""
+    if not isinstance(obj, dict):
+        return None
+    inputs = [obj.get(k) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+    counted = [v for v in inputs if isinstance(v, int)]
+    cached = obj.get("cache_read_input_tokens")
+    extra = {"cache_read_input_tokens": cached} if isinstance(cached, int) and cached else None
+    total = sum(counted) if counted else prompt
+    out = obj.get("output_tokens")
+    return Usage(total, out if isinstance(out, int) else None, extra)
+
+
+def _call(block: dict[str, Any]) -> dict[str, Any]:
+    arguments = jsonutil.dumps(block.get("input") or {}).decode()
+    return {"id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": arguments}}
+
+
+def parse_body(body: bytes) -> Result:
+    obj = jsonutil.loads(body)
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    if obj.get("type") == "error":
+        raise UpstreamError(f"backend error: {error_text(obj)}", upstream_class=UpstreamClass.PROTOCOL)
+    blocks = [b for b in obj["content"] if isinstance(b, dict)]
+    text = "".join(b.get("text") or "" for b in blocks if b.get("type") == "text")
+    reasoning = "".join(b.get("thinking") or "" for b in blocks if b.get("type") == "thinking")
+    calls = [_call(b) for b in blocks if b.get("type") == "tool_use"]
+    choice = Choice(
+        text=text,
+        reasoning=reasoning or None,
+        tool_calls=calls or None,
+        finish=FINISH_WORDS.read(obj.get("stop_reason")),
+    )
+    return Result([choice], usage_from(obj.get("usage")), obj.get("model"))
+
+
+def passthrough_body(body: bytes, rename: bytes | None) -> Result:
+    """A same-wire answer: only what the metrics and traces need is read."""
+    obj = jsonutil.loads(body)
+    if not isinstance(obj, dict) or not isinstance(obj.get("content"), list):
+        raise ValueError("not a message")
+    out = body if rename is None else renamed(body, "model", rename)
+    finish = FINISH_WORDS.read(obj.get("stop_reason"))
+    return Result([Choice(finish=finish)], usage_from(obj.get("usage")), obj.get("model"), out)
+
+
+class MessagesStreamParser:
+    """Named events to neutral ones; on a pass-through, each event goes out as well, with the
+    lines it came with (the model renamed in `message_start`). Events read before a fault are
+    handed out first, and the fault is raised on the next call (as gateway.codec.parsing does)."""
+
+    __slots__ = ("_blocks", "_decoder", "_done", "_fault", "_passthrough", "_prompt", "_rename", "_tools")
+
+    def __init__(self, passthrough: bool = False, rename: bytes | None = None) -> None:
+        self._decoder = SSEDecoder(keep=passthrough)
+        self._fault: Exception | None = None
+        self._passthrough = passthrough
+        self._rename = rename
+        self._done = False
+        self._prompt: int | None = None
+        self._blocks: dict[int, str] = {}  # block index -> its type
+        self._tools: dict[int, int] = {}  # a tool_use block's index -> its call index
+
+    def feed(self, data: bytes) -> list[Event]:
+        if self._fault is not None:
+            raise self._fault
+        out: list[Event] = []
+        try:
+            for ev in self._decoder.feed(data):
+                self._event(ev, out)
+            if self._decoder.stray:
+                raise UpstreamError(
+                    "backend broke off the stream: " + clip(b" ".join(self._decoder.stray).decode("utf-8", "replace")),
+                    upstream_class=UpstreamClass.MIDSTREAM,
+                )
+        except PARSE_ERRORS as e:
+            if not out:
+                raise
+            self._fault = e
+        return out
+
+    def close(self) -> list[Event]:
+        if self._fault is not None:
+            raise self._fault
+        out: list[Event] = []
+        for ev in self._decoder.close():
+            self._event(ev, out)
+        if not self._done:
+            raise UpstreamError("backend stream ended before it was complete", upstream_class=UpstreamClass.MIDSTREAM)
+        return out
+
+    def _event(self, ev: SSEEvent, out: list[Event]) -> None:
+        if not ev.dispatched:  # comments, or an event line without data: a relay passes them on
+            if self._passthrough and ev.raw is not None:
+                out.append(Frame(ev.raw))
+            return
+        name, data = ev.event, ev.data
+        obj = jsonutil.loads(data)
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "error" or name == "error":
+            err = obj.get("error") if isinstance(obj, dict) else None
+            word = err.get("type") if isinstance(err, dict) else None
+            raise UpstreamError(
+                f"backend error mid-stream ({word}): {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM
+            )
+        if self._passthrough:
+            lines = ev.raw if ev.raw is not None else encode_data(data)
+            if kind == "message_start" and self._rename is not None:
+                lines = renamed(lines, "model", self._rename)
+            out.append(Frame(lines))
+        if kind == "content_block_delta":
+            self._delta(obj["index"], obj["delta"], out)
+        elif kind == "content_block_start":
+            self._start(obj["index"], obj["content_block"], out)
+        elif kind == "message_start":
+            usage = usage_from(obj["message"].get("usage"))
+            if usage is not None and usage.prompt_tokens is not None:
+                self._prompt = usage.prompt_tokens
+                out.append(UsageEvent(Usage(usage.prompt_tokens, None, usage.extra)))
+        elif kind == "message_delta":
+            finish = FINISH_WORDS.read((obj.get("delta") or {}).get("stop_reason"))
+            if finish is not None:
+                out.append(FinishEvent(finish))
+            usage = usage_from(obj.get("usage"), self._prompt)
+            if usage is not None:
+                out.append(UsageEvent(usage))
+        elif kind == "message_stop":
+            self._done = True
+
+    def _start(self, index: int, block: dict[str, Any], out: list[Event]) -> None:
+        kind = block["type"]
+        self._blocks[index] = kind
+        if kind == "tool_use":
+            call = self._tools[index] = len(self._tools)
+            out.append(ToolCallDelta(call, block.get("id"), block.get("name")))
+            given = block.get("input")
+            if given:  # a server that sends the input whole, with no deltas
+                out.append(ToolCallDelta(call, arguments=jsonutil.dumps(given).decode()))
+        elif kind == "text" and block.get("text"):
+            out.append(TextDelta(block["text"]))
+        elif kind == "thinking" and block.get("thinking"):
+            out.append(ReasoningDelta(block["thinking"]))
+
+    def _delta(self, index: int, delta: dict[str, Any], out: list[Event]) -> None:
+        kind = delta["type"]
+        if kind == "text_delta":
+            if delta["text"]:
+                out.append(TextDelta(delta["text"]))
+        elif kind == "thinking_delta":
+            if delta["thinking"]:
+                out.append(ReasoningDelta(delta["thinking"]))
+        elif kind == "input_json_delta":
+            call = self._tools.get(index)
+            if call is not None and delta["partial_json"]:
+                out.append(ToolCallDelta(call, arguments=delta["partial_json"]))

@@ -1,0 +1,261 @@
+"""Reading a server of the Responses API: whole response objects, its event stream and its error
+bodies, into the neutral form; and, for a client of the same API, its answer handed over as it
+came, read only for what the metrics need (tokens as they come, usage, how it ended).
+"""
+
+from typing import Any
+
+from gateway import jsonutil
+from gateway.codec.parsing import EventParser, renamed
+from gateway.dialects.responses.params import ToolRef, flat_name
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
+from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
+from gateway.neutral.types import Choice, Finish, Result, Usage
+from gateway.sse import encode_data
+
+# How an incomplete response says why it stopped.
+_INCOMPLETE = {"max_output_tokens": Finish.LENGTH, "content_filter": Finish.CONTENT_FILTER}
+_TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
+# What a pass-through stream reports of an event that carries generated text, undecoded.
+A_TOKEN = TextDelta("")
+_TOKEN_EVENTS = (
+    b'"type":"response.output_text.delta"',
+    b'"type":"response.reasoning_text.delta"',
+    b'"type":"response.reasoning_summary_text.delta"',
+    b'"type":"response.function_call_arguments.delta"',
+    b'"type":"response.custom_tool_call_input.delta"',
+)
+
+
+def usage_from(obj: Any) -> Usage | None:
+    if not isinstance(obj, dict):
+        return None
+    extra: dict[str, Any] = {}
+    cached = (obj.get("input_tokens_details") or {}).get("cached_tokens")
+    if cached:
+        extra["prompt_tokens_details"] = {"cached_tokens": cached}
+    reasoning = (obj.get("output_tokens_details") or {}).get("reasoning_tokens")
+    if reasoning:
+        extra["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return Usage(obj.get("input_tokens"), obj.get("output_tokens"), extra or None)
+
+
+def error_text(obj: Any) -> str:
+    if isinstance(obj, dict):
+        err = obj.get("error") if obj.get("error") is not None else obj
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return clip(str(obj))
+
+
+def error_message(body: bytes) -> str:
+    try:
+        return error_text(jsonutil.loads(body))
+    except jsonutil.JSONDecodeError:
+        return body_text(body)
+
+
+def _failed(response: dict[str, Any], midstream: bool) -> UpstreamError:
+    where = UpstreamClass.MIDSTREAM if midstream else UpstreamClass.PROTOCOL
+    return UpstreamError(f"backend error: {error_text(response.get('error') or response)}", upstream_class=where)
+
+
+def finish_of(response: dict[str, Any], calls: bool) -> Finish:
+    if response.get("status") == "incomplete":
+        reason = (response.get("incomplete_details") or {}).get("reason")
+        return _INCOMPLETE.get(reason, Finish.UNKNOWN) if isinstance(reason, str) else Finish.UNKNOWN
+    return Finish.TOOL_CALLS if calls else Finish.EOS
+
+
+def _call_name(item: dict[str, Any]) -> str:
+    return flat_name(ToolRef(item.get("name") or "", item.get("namespace")))
+
+
+def _chat_call(item: dict[str, Any]) -> dict[str, Any]:
+    """A function or freeform tool call item as chat's tool call (a freeform one's text as the
+    one string its function takes)."""
+    if item["type"] == "custom_tool_call":
+        arguments = jsonutil.dumps({"input": item.get("input") or ""}).decode()
+    else:
+        arguments = item.get("arguments") or ""
+    return {
+        "id": item.get("call_id"),
+        "type": "function",
+        "function": {"name": _call_name(item), "arguments": arguments},
+    }
+
+
+def chat_logprobs(entries: Any) -> list[dict[str, Any]] | None:
+    """The Responses API's per-token log probabilities in the neutral (chat) form."""
+    if not isinstance(entries, list) or not entries:
+        return None
+    return [
+        {
+            "token": e.get("token"),
+            "logprob": e.get("logprob"),
+            "bytes": e.get("bytes"),
+            "top_logprobs": [dict(t) for t in e.get("top_logprobs") or ()],
+        }
+        for e in entries
+        if isinstance(e, dict)
+    ]
+
+
+def parse_body(body: bytes) -> Result:
+    obj = jsonutil.loads(body)
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    if obj.get("status") == "failed" or (obj.get("error") and "output" not in obj):
+        raise _failed(obj, midstream=False)
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    logprobs: list[dict[str, Any]] = []
+    for item in obj["output"]:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or ():
+                texts.append(part.get("text") or part.get("refusal") or "")
+                logprobs += chat_logprobs(part.get("logprobs")) or []
+        elif kind == "reasoning":
+            parts = item.get("content") or item.get("summary") or ()
+            reasoning += [p.get("text") or "" for p in parts]
+        elif kind in ("function_call", "custom_tool_call"):
+            calls.append(_chat_call(item))
+    choice = Choice(
+        text="".join(texts),
+        reasoning="".join(reasoning) if reasoning else None,
+        tool_calls=calls or None,
+        finish=finish_of(obj, bool(calls)),
+        logprobs=logprobs or None,
+    )
+    return Result([choice], usage_from(obj.get("usage")), obj.get("model"))
+
+
+def renamed_response(data: bytes, rename: bytes) -> bytes:
+    """A response object (or an event holding one) with its model named as the client named
+    it: the first `model` field is the response's in the API's own order; where another comes
+    first (a metadata key), the object is written anew."""
+    out = renamed(data, "model", rename)
+    obj = jsonutil.loads(out)
+    response = obj.get("response", obj) if isinstance(obj, dict) else None
+    name = jsonutil.loads(rename)
+    if isinstance(response, dict) and response.get("model") != name:
+        response["model"] = name
+        return jsonutil.dumps(obj)
+    return out
+
+
+def passthrough_body(body: bytes, rename: bytes | None) -> Result:
+    """A response for a client of the same API, as it came: its usage and how it ended read."""
+    obj = jsonutil.loads(body)
+    if not isinstance(obj, dict) or not isinstance(obj.get("output"), list):
+        if isinstance(obj, dict) and obj.get("error"):
+            raise _failed(obj, midstream=False)
+        raise ValueError("no output")
+    calls = any(isinstance(i, dict) and i.get("type") == "function_call" for i in obj["output"])
+    out = body if rename is None else renamed_response(body, rename)
+    return Result([Choice(finish=finish_of(obj, calls))], usage_from(obj.get("usage")), obj.get("model"), out)
+
+
+class ResponsesStreamParser(EventParser):
+    """A Responses API event stream into neutral events; on a pass-through, each event as a
+    frame of its own (its `event:` line kept) beside what the metrics read of it."""
+
+    __slots__ = ("_calls", "_custom", "_done", "_passthrough", "_rename")
+
+    def __init__(self, passthrough: bool = False, rename: bytes | None = None) -> None:
+        super().__init__(relays=passthrough)
+        self._passthrough = passthrough
+        self._rename = rename
+        self._done = False
+        self._calls: dict[str, int] = {}  # item id -> call index
+        self._custom: set[str] = set()
+
+    def _pass(self, data: bytes, out: list[Event]) -> None:
+        """An event of a pass-through: as it came (its lines, the model renamed in what holds
+        the response), with what the metrics read of it."""
+        if any(t in data for t in _TOKEN_EVENTS):
+            out.append(Frame(self.relayed(data, "model", None)))
+            out.append(A_TOKEN)
+            return
+        final = any(b'"type":"' + t + b'"' in data for t in _TERMINAL) or b'"type":"error"' in data
+        block = self.relayed(data, "model", None)
+        if self._rename is not None and b'"response":' in data:
+            fixed = renamed_response(data, self._rename)
+            if fixed == renamed(data, "model", self._rename):
+                block = self.relayed(data, "model", self._rename)  # the name changed in place
+            else:  # the event written anew: framed as the API frames it
+                kind = str(jsonutil.loads(fixed).get("type", ""))
+                block = b"event: " + kind.encode() + b"\n" + encode_data(fixed)
+        out.append(Frame(block, final=final))
+        if final:
+            self._done = True
+            obj = jsonutil.loads(data)
+            response = obj.get("response") if isinstance(obj, dict) else None
+            if isinstance(response, dict):
+                out.append(FinishEvent(self._ended(response)))
+                usage = usage_from(response.get("usage"))
+                if usage is not None:
+                    out.append(UsageEvent(usage))
+            else:
+                out.append(FinishEvent(Finish.ERROR))
+
+    def _ended(self, response: dict[str, Any]) -> Finish:
+        if response.get("status") == "failed":
+            return Finish.ERROR
+        calls = any(isinstance(i, dict) and i.get("type") == "function_call" for i in response.get("output") or ())
+        return finish_of(response, calls)
+
+    def on_end(self, out: list[Event]) -> None:
+        if not self._done:
+            raise UpstreamError("backend stream ended before it was complete", upstream_class=UpstreamClass.MIDSTREAM)
+
+    def on_event(self, data: bytes, out: list[Event]) -> None:
+        if self._passthrough:
+            self._pass(data, out)
+            return
+        obj = jsonutil.loads(data)
+        kind = obj.get("type")
+        if kind == "response.output_text.delta":
+            out.append(TextDelta(obj.get("delta") or "", 0, chat_logprobs(obj.get("logprobs"))))
+        elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            out.append(ReasoningDelta(obj.get("delta") or ""))
+        elif kind == "response.output_item.added":
+            self._call_added(obj.get("item") or {}, out)
+        elif kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
+            at = self._calls.get(obj.get("item_id") or "")
+            if at is not None:
+                delta = obj.get("delta") or ""
+                if kind == "response.custom_tool_call_input.delta":
+                    delta = jsonutil.dumps(delta)[1:-1].decode()  # inside the JSON string opened
+                out.append(ToolCallDelta(at, arguments=delta))
+        elif kind == "response.output_item.done":
+            item = obj.get("item") or {}
+            if item.get("id") in self._custom:
+                out.append(ToolCallDelta(self._calls[item["id"]], arguments='"}'))
+        elif kind in ("response.completed", "response.incomplete"):
+            self._done = True
+            response = obj.get("response") or {}
+            out.append(FinishEvent(finish_of(response, bool(self._calls))))
+            usage = usage_from(response.get("usage"))
+            if usage is not None:
+                out.append(UsageEvent(usage))
+        elif kind == "response.failed":
+            raise _failed(obj.get("response") or {}, midstream=True)
+        elif kind == "error":
+            raise UpstreamError(f"backend error mid-stream: {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM)
+
+    def _call_added(self, item: dict[str, Any], out: list[Event]) -> None:
+        kind = item.get("type")
+        if kind not in ("function_call", "custom_tool_call"):
+            return
+        at = len(self._calls)
+        self._calls[item.get("id") or str(at)] = at
+        opening = ""
+        if kind == "custom_tool_call":
+            self._custom.add(item.get("id") or "")
+            opening = '{"input":"'
+        out.append(ToolCallDelta(at, item.get("call_id"), _call_name(item), opening))
