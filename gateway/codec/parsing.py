@@ -67,7 +67,7 @@ class EventParser(ABC):
     event on as it came, by `relayed` from `on_event`; what dispatches no event (comments, a
     keep-alive) goes on as a Frame of its own."""
 
-    __slots__ = ("_began", "_block", "_chunks", "_decoder", "_fault", "_relays")
+    __slots__ = ("_began", "_block", "_chunks", "_decoder", "_fault", "_frame", "_relays")
     # Whether a last event that the stream's end cuts off from its blank line still counts.
     unterminated_last = False
 
@@ -78,6 +78,13 @@ class EventParser(ABC):
         self._chunks = chunks
         self._relays = relays
         self._block: bytes | None = None  # the lines of the event `on_event` reads, relaying
+        self._frame: bytes | None = None  # the bytes of the one event `on_event` reads, when known
+
+    def teach(self, payload: bytes, index: int = 0) -> None:
+        """`payload`, just read whole by `on_event`, is a text event that teaches the template."""
+        chunks = self._chunks
+        if chunks is not None and chunks.learning:
+            chunks.learn(payload, index, self._frame)
 
     @abstractmethod
     def on_event(self, data: bytes, out: list[Event]) -> None:
@@ -166,7 +173,11 @@ class EventParser(ABC):
                 blank = data.find(b"\n\n", pos)
                 if blank < 0:
                     break
-                out += self._events(data[pos : blank + 2])
+                self._frame = data[pos : blank + 2]
+                try:
+                    out += self._events(self._frame)
+                finally:
+                    self._frame = None
                 pos = blank + 2
             if pos < size:
                 out += self._events(data[pos:] if pos else data)

@@ -5,11 +5,12 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
-from gateway.codec.parsing import PARSE_ERRORS, renamed
+from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
+from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Result, Usage
-from gateway.sse import SSEDecoder, SSEEvent, encode_data
+from gateway.sse import SSEEvent, encode_data
 
 FINISH_WORDS = FinishWords(
     {
@@ -90,16 +91,16 @@ def passthrough_body(body: bytes, rename: bytes | None) -> Result:
     return Result([Choice(finish=finish)], usage_from(obj.get("usage")), obj.get("model"), out)
 
 
-class MessagesStreamParser:
+class MessagesStreamParser(EventParser):
     """Named events to neutral ones; on a pass-through, each event goes out as well, with the
     lines it came with (the model renamed in `message_start`). Events read before a fault are
-    handed out first, and the fault is raised on the next call (as gateway.codec.parsing does)."""
+    handed out first, and the fault is raised on the next call (as gateway.codec.parsing does).
+    Translated, a text block's deltas are read from their template (gateway.codec.textchunks)."""
 
-    __slots__ = ("_blocks", "_decoder", "_done", "_fault", "_passthrough", "_prompt", "_rename", "_tools")
+    __slots__ = ("_blocks", "_done", "_passthrough", "_prompt", "_rename", "_tools")
 
     def __init__(self, passthrough: bool = False, rename: bytes | None = None) -> None:
-        self._decoder = SSEDecoder(keep=passthrough)
-        self._fault: Exception | None = None
+        super().__init__(None if passthrough else TextChunks("delta.text"), passthrough)
         self._passthrough = passthrough
         self._rename = rename
         self._done = False
@@ -107,7 +108,10 @@ class MessagesStreamParser:
         self._blocks: dict[int, str] = {}  # block index -> its type
         self._tools: dict[int, int] = {}  # a tool_use block's index -> its call index
 
-    def feed(self, data: bytes) -> list[Event]:
+    def on_event(self, data: bytes, out: list[Event]) -> None:
+        raise NotImplementedError  # events are read with their names, by `_event`
+
+    def _events(self, data: bytes) -> list[Event]:
         if self._fault is not None:
             raise self._fault
         out: list[Event] = []
@@ -155,7 +159,10 @@ class MessagesStreamParser:
                 lines = renamed(lines, "model", self._rename)
             out.append(Frame(lines))
         if kind == "content_block_delta":
-            self._delta(obj["index"], obj["delta"], out)
+            delta = obj["delta"]
+            self._delta(obj["index"], delta, out)
+            if delta["type"] == "text_delta" and type(delta["text"]) is str and not self._passthrough:
+                self.teach(data)
         elif kind == "content_block_start":
             self._start(obj["index"], obj["content_block"], out)
         elif kind == "message_start":

@@ -233,12 +233,13 @@ class MessageStream:
             t = type(ev)
             if t is TextDelta or t is TextRun:
                 assert isinstance(ev, TextDelta | TextRun)
-                text = ev.text if isinstance(ev, TextDelta) else "".join(ev.texts)
-                if ev.index != 0 or not text:
+                # A run of text pieces is a delta event each, as they came.
+                texts = [ev.text] if isinstance(ev, TextDelta) else ev.texts
+                if ev.index != 0 or not any(texts):
                     continue
                 if self._open is None or self._open[0] != "text":
                     out.append(self._begin("text", {"type": "text", "text": ""}))
-                out.append(_TEXT_DELTA % (self._blocks, _dumps(text)))
+                out += [_TEXT_DELTA % (self._blocks, _dumps(text)) for text in texts if text]
             elif t is ReasoningDelta:
                 assert isinstance(ev, ReasoningDelta)
                 if ev.index != 0 or not ev.text:

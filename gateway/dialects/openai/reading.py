@@ -5,7 +5,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, kept, renamed
-from gateway.codec.textchunks import TextChunks
+from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
 from gateway.dialects.openai.params import FINISH_WORDS as WORDS
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
@@ -109,8 +109,12 @@ A_TOKEN = TextDelta("")
 
 
 _NULL_FINISH = b'"finish_reason":null'
-# A chat delta with these keys at most, its content a string, is plain text.
+# A chat delta with these keys at most, its content a string, is plain text; so is one whose
+# other keys are null (SGLang names every field of a delta in each).
 _PLAIN_DELTA = frozenset(("role", "content"))
+# What a text chunk may change from one to the next that its reading ignores: the id and time
+# (some servers give each chunk its own), the API's random padding that hides the text's length.
+_VARYING = {"id": SEEN, "created": SEEN, "obfuscation": ALWAYS, "system_fingerprint": SEEN}
 
 
 # How many events at the end of a read are looked at one by one (a stream's end is a few).
@@ -251,7 +255,8 @@ class OpenAIStreamParser(EventParser):
     ) -> None:
         # Translating, text chunks are read from the first one's template (a pass-through
         # forwards them undecoded instead).
-        super().__init__(None if passthrough else TextChunks(b'"content":' if chat else b'"text":'), passthrough)
+        text = "choices.delta.content" if chat else "choices.text"
+        super().__init__(None if passthrough else TextChunks(text, _VARYING), passthrough)
         self._chat = chat
         self._passthrough = passthrough
         self._rename = rename
@@ -309,15 +314,17 @@ class OpenAIStreamParser(EventParser):
                 if self._chat:
                     delta = c.get("delta") or {}
                     text = delta.get("content")
-                    plain = type(text) is str and delta.keys() <= _PLAIN_DELTA
+                    plain = type(text) is str and (
+                        delta.keys() <= _PLAIN_DELTA or all(delta[k] is None for k in delta.keys() - _PLAIN_DELTA)
+                    )
                 else:
                     text = c.get("text")
                     plain = type(text) is str
                 if plain:
                     if text:
                         out.append(TextDelta(text, c.get("index", 0)))
-                        if chunks is not None and chunks.learning and len(choices) == 1 and not obj.get("usage"):
-                            chunks.learn(data, text, c.get("index", 0))
+                        if chunks is not None and len(choices) == 1 and not obj.get("usage"):
+                            self.teach(data, c.get("index", 0))
                     continue
             i = c.get("index", 0)
             ids = token_ids(c.get("token_ids"))

@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.parsing import EventParser, renamed
+from gateway.codec.textchunks import ALWAYS, TextChunks
 from gateway.dialects.responses.params import ToolRef, flat_name
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
@@ -16,6 +17,8 @@ from gateway.sse import encode_data
 # How an incomplete response says why it stopped.
 _INCOMPLETE = {"max_output_tokens": Finish.LENGTH, "content_filter": Finish.CONTENT_FILTER}
 _TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
+# What a text delta changes from one to the next besides its text.
+_VARYING = {"sequence_number": ALWAYS, "obfuscation": ALWAYS}
 # What a pass-through stream reports of an event that carries generated text, undecoded.
 A_TOKEN = TextDelta("")
 _TOKEN_EVENTS = (
@@ -167,7 +170,10 @@ class ResponsesStreamParser(EventParser):
     __slots__ = ("_calls", "_custom", "_done", "_passthrough", "_rename")
 
     def __init__(self, passthrough: bool = False, rename: bytes | None = None) -> None:
-        super().__init__(relays=passthrough)
+        # Translated, the text deltas are read from their template: they differ in their text,
+        # their sequence number and (the public API's) padding.
+        chunks = None if passthrough else TextChunks("delta", _VARYING, empty=True)
+        super().__init__(chunks, relays=passthrough)
         self._passthrough = passthrough
         self._rename = rename
         self._done = False
@@ -220,7 +226,10 @@ class ResponsesStreamParser(EventParser):
         obj = jsonutil.loads(data)
         kind = obj.get("type")
         if kind == "response.output_text.delta":
-            out.append(TextDelta(obj.get("delta") or "", 0, chat_logprobs(obj.get("logprobs"))))
+            logprobs = chat_logprobs(obj.get("logprobs"))
+            out.append(TextDelta(obj.get("delta") or "", 0, logprobs))
+            if logprobs is None and type(obj.get("delta")) is str:
+                self.teach(data)
         elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
             out.append(ReasoningDelta(obj.get("delta") or ""))
         elif kind == "response.output_item.added":

@@ -6,9 +6,14 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, broken_off
+from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
-from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent, new_event
 from gateway.neutral.types import Choice, Finish, Result, Usage
+
+# What a token event changes from one to the next besides its text: the position, the token's id
+# (which goes with the text) and log probability; MindIE's native route gives timings instead.
+_VARYING = {"index": ALWAYS, "token.id": ALWAYS, "token.logprob": ALWAYS, "prefill_time": SEEN, "decode_time": SEEN}
 
 FINISH_WORDS = FinishWords({"eos_token": Finish.EOS, "stop_sequence": Finish.STOP_STRING, "length": Finish.LENGTH})
 
@@ -85,11 +90,18 @@ class GenerateStreamParser(EventParser):
     unterminated_last = True
 
     def __init__(self, prompt_tokens: int | None = None, words: FinishWords = FINISH_WORDS) -> None:
-        super().__init__()
+        super().__init__(TextChunks("token.text", _VARYING, self._run, ("token.id",)))
         self._words = words
         self._final = False
         self._sent: list[str] = []
         self._prompt_tokens = prompt_tokens
+
+    def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
+        """A run of token events read from the template: what `on_event` does for each."""
+        for text, ident in zip(texts, held.get("token.id") or [None] * len(texts), strict=True):
+            if text:
+                out.append(new_event(TextDelta, (text, 0, None, ids_list(ident))))
+                self._sent.append(text)
 
     def on_end(self, out: list[Event]) -> None:
         if not self._final:
@@ -115,8 +127,12 @@ class GenerateStreamParser(EventParser):
             ids = None
         gen = obj.get("generated_text")
         if gen is None:
+            if type(text) is str and text and not tok.get("special"):
+                self.teach(data)
             return
         self._final = True
+        if self._chunks is not None:
+            self._chunks.stop()  # what comes after the final event is not read
         sent = "".join(self._sent)
         if isinstance(gen, str) and len(gen) > len(sent) and gen.startswith(sent):
             out.append(TextDelta(gen[len(sent) :], 0, None, ids))

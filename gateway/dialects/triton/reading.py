@@ -7,7 +7,7 @@ streams have no terminator, so the end of the body is a normal end; only MindIE,
 details, promises a final event, and its absence means the stream was cut short.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any
@@ -16,7 +16,7 @@ from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, renamed
-from gateway.codec.textchunks import TextChunks
+from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks, text_events
 from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError, body_text, clip, relaying
 from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event
 from gateway.neutral.types import Choice, Finish, Result, Usage
@@ -31,9 +31,12 @@ class Reading:
     take: "Callable[[Reader, dict[str, Any]], None]"
     # The answer is over: raise if what came cannot be a whole answer of this family.
     end: "Callable[[Reader, bool, str], None]"
-    # Its streamed text events are read from the stream's template (they differ in their text
-    # and a count of tokens only).
-    templated: bool = False
+    # The fields of its streamed text events that change from one to the next (their paths,
+    # gateway.codec.textchunks), those of them `fold` reads, and `fold`: what a run of such
+    # events says beyond its texts, kept in the reader as `take` keeps it of each.
+    varying: "Mapping[str, bool]" = field(default_factory=dict)
+    reads: tuple[str, ...] = ()
+    fold: "Callable[[Reader, dict[str, list[Any]]], None] | None" = None
 
 
 @dataclass(slots=True)
@@ -208,14 +211,13 @@ class TritonStreamParser(EventParser):
     unterminated_last = True
 
     def __init__(self, st: CallState) -> None:
-        # Translated, TRT-LLM's text events are read from the stream's template: they differ in
-        # their text and their log probabilities, whose number counts the tokens. The template
-        # is only learned from an event that has them, so the reader has the server's count and
-        # never needs the whole text to count it (the template's texts are not kept).
-        templated = st.reading.templated and not st.passthrough and not st.strip_stops
-        super().__init__(
-            TextChunks(b'"text_output":', b'"output_log_probs":', _count) if templated else None, st.passthrough
-        )
+        # Translated, the text events are read from the stream's template: they differ in their
+        # text and in what the family's reading folds over a run (TRT-LLM's log probabilities,
+        # whose number counts the tokens; the vLLM backend's token counts) or ignores (timings).
+        reading = st.reading
+        templated = not st.passthrough and not st.strip_stops
+        chunks = TextChunks("text_output", reading.varying, self._run, reading.reads) if templated else None
+        super().__init__(chunks, st.passthrough)
         self._st = st
         self._reader = Reader(st)
         self._matcher = StopMatcher(st.strip_stops) if st.strip_stops else None
@@ -227,8 +229,8 @@ class TritonStreamParser(EventParser):
         reader = self._reader
         obj = jsonutil.loads(data)
         text = reader.take(obj, midstream=True)
-        if chunks is not None and text and chunks.learning and type(obj.get("text_output")) is str:
-            chunks.learn(data, text, 0)
+        if chunks is not None and text and not reader.fresh_finish and type(obj.get("text_output")) is str:
+            self.teach(data)
         if self._st.passthrough:
             out.append(Frame(self.relayed(data, "model_name", self._st.rename)))
         if self._matcher is not None:
@@ -242,10 +244,16 @@ class TritonStreamParser(EventParser):
             self._finished = True
             out.append(FinishEvent(reader.finish))
 
+    def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
+        """A run of text events read from the template: what `on_event` does for each."""
+        reader = self._reader
+        reader.text += filter(None, texts)
+        fold = reader.st.reading.fold
+        if fold is not None:
+            fold(reader, held)
+        text_events(texts, 0, out)
+
     def on_end(self, out: list[Event]) -> None:
-        if self._chunks is not None and self._chunks.tokens:
-            reader = self._reader
-            reader.completion_tokens = (reader.completion_tokens or 0) + self._chunks.tokens
         if self._matcher is not None and not self._stopped:
             rest = self._matcher.flush()
             if rest:
@@ -336,6 +344,51 @@ def _end_mindie(reader: Reader, stream: bool, full: str) -> None:
         )
 
 
-TRTLLM_READING = Reading(_take_trtllm, _end_trtllm, templated=True)
-VLLM_READING = Reading(_take_vllm, _end_vllm)
-MINDIE_READING = Reading(_take_mindie, _end_mindie)
+def _fold_trtllm(reader: Reader, held: dict[str, list[Any]]) -> None:
+    if "output_log_probs" in held:
+        reader.completion_tokens = (reader.completion_tokens or 0) + _count(held["output_log_probs"])
+
+
+def _fold_vllm(reader: Reader, held: dict[str, list[Any]]) -> None:
+    # As `_take_vllm` reads each event: the last input count stands, output counts add up.
+    inputs = [n for n in map(_first, held.get("num_input_tokens", ())) if isinstance(n, int)]
+    if inputs:
+        reader.prompt_tokens = inputs[-1]
+    outputs = [n for n in map(_first, held.get("num_output_tokens", ())) if isinstance(n, int)]
+    if outputs:
+        reader.completion_tokens = (reader.completion_tokens or 0) + sum(outputs)
+
+
+def _fold_mindie(reader: Reader, held: dict[str, list[Any]]) -> None:
+    # A running total: the last event's stands.
+    generated = [n for n in held.get("details.generated_tokens", ()) if isinstance(n, int)]
+    if generated:
+        reader.completion_tokens = generated[-1]
+
+
+# Log probabilities (one per token: a count), and what the ensemble may add beside them.
+_TRTLLM_VARYING = {
+    "output_log_probs": ALWAYS,
+    "cum_log_probs": ALWAYS,
+    "context_logits": SEEN,
+    "generation_logits": SEEN,
+    "sequence_id": SEEN,
+}
+TRTLLM_READING = Reading(_take_trtllm, _end_trtllm, _TRTLLM_VARYING, ("output_log_probs",), _fold_trtllm)
+VLLM_READING = Reading(
+    _take_vllm,
+    _end_vllm,
+    {"num_output_tokens": ALWAYS, "num_input_tokens": SEEN},
+    ("num_input_tokens", "num_output_tokens"),
+    _fold_vllm,
+)
+# MindIE's per-token timings and queue figures, and its running count of tokens.
+_MINDIE_VARYING = {
+    "details.generated_tokens": ALWAYS,
+    "details.batch_size": SEEN,
+    "details.queue_wait_time": SEEN,
+    "prefill_time": SEEN,
+    "decode_time": SEEN,
+    "id": SEEN,
+}
+MINDIE_READING = Reading(_take_mindie, _end_mindie, _MINDIE_VARYING, ("details.generated_tokens",), _fold_mindie)
