@@ -14,9 +14,12 @@ from functools import lru_cache
 
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
-from gateway.neutral.events import Event, Frame
+from gateway.neutral.events import Event, Frame, TextDelta
 from gateway.sse import SSEDecoder, SSEEvent, encode_data
 
+# What a pass-through stream reports of token events it does not decode: a token came (for the
+# time-to-first-token and inter-token metrics); the events themselves go out as a Frame.
+A_TOKEN = TextDelta("")
 # What a payload that is not what the dialect promises raises while it is read.
 PARSE_ERRORS = (UpstreamError, ValueError, KeyError, TypeError, AttributeError, IndexError)
 
@@ -33,6 +36,30 @@ def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
     `count=0` renames every one: a run of whole events, each naming its model once (a `key`
     inside a string value is escaped, so it never matches)."""
     return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=count)
+
+
+def named_run(data: bytes, name: bytes, kind: bytes) -> int:
+    """How many leading bytes of a read are whole events named `name`, each an `event:` line and
+    one `data:` line whose payload is of type `kind` (`b'"type":"content_block_delta"'`), and
+    nothing else: a pass-through's token events, which go to the client undecoded. 0 when the
+    read does not start that way. (Counted, not split: these scans are the whole cost.)"""
+    head = b"event: " + name + b"\ndata: "
+    if not data.startswith(head) or b"\r" in data:
+        return 0
+    # Back from the read's end over the events that need reading (a block's or the message's
+    # end, usage) to the last token event; what comes before it must be token events too.
+    end = data.rfind(b"\n\n") + 2
+    for _ in range(8):  # a stream's end is a few events
+        start = data.rfind(b"\n\n", 0, end - 2) + 2 if end >= 2 else 0
+        if end < 2 or data.startswith(head, start):
+            break
+        end = start
+    else:
+        return 0
+    events = data.count(head, 0, end)
+    if end < 2 or data.count(b"\n", 0, end) != 3 * events or data.count(kind, 0, end) != events:
+        return 0
+    return end
 
 
 def kept(e: Exception) -> Exception:
@@ -137,6 +164,25 @@ class EventParser(ABC):
                     self.on_event(ev.data, out)
                 finally:
                     self._block = None
+
+    def relay_run(self, data: bytes, name: bytes, kind: bytes) -> list[Event] | None:
+        """A pass-through read whose leading events are token events named `name` (see
+        `named_run`): they go out as they came, undecoded, telling the metrics a token came; the
+        rest is read event by event. None when the read does not start that way."""
+        if self._fault is not None or not self._decoder.between_events():
+            return None
+        end = named_run(data, name, kind)
+        if not end:
+            return None
+        self._decoder.skipped()
+        self._began = True
+        out: list[Event] = [Frame(data[:end]), A_TOKEN]
+        if end < len(data):
+            try:
+                out += self._events(data[end:])
+            except PARSE_ERRORS as e:
+                self._fault = kept(e)  # raised at the next read, after what came before it went out
+        return out
 
     def relayed(self, data: bytes, key: str, name: bytes | None) -> bytes:
         """The event `on_event` reads (its payload `data`) as a client of the backend's own wire

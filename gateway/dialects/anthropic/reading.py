@@ -108,6 +108,14 @@ class MessagesStreamParser(EventParser):
         self._blocks: dict[int, str] = {}  # block index -> its type
         self._tools: dict[int, int] = {}  # a tool_use block's index -> its call index
 
+    def feed(self, data: bytes) -> list[Event]:
+        if self._passthrough:
+            # A pass-through's content deltas (nearly all of a stream) go out undecoded.
+            run = self.relay_run(data, b"content_block_delta", b'"type":"content_block_delta"')
+            if run is not None:
+                return run
+        return super().feed(data)
+
     def on_event(self, data: bytes, out: list[Event]) -> None:
         raise NotImplementedError  # events are read with their names, by `_event`
 

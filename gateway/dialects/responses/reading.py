@@ -180,6 +180,14 @@ class ResponsesStreamParser(EventParser):
         self._calls: dict[str, int] = {}  # item id -> call index
         self._custom: set[str] = set()
 
+    def feed(self, data: bytes) -> list[Event]:
+        if self._passthrough:
+            # A pass-through's text deltas (nearly all of a stream) go out undecoded.
+            run = self.relay_run(data, b"response.output_text.delta", b'"type":"response.output_text.delta"')
+            if run is not None:
+                return run
+        return super().feed(data)
+
     def _pass(self, data: bytes, out: list[Event]) -> None:
         """An event of a pass-through: as it came (its lines, the model renamed in what holds
         the response), with what the metrics read of it."""
@@ -189,17 +197,24 @@ class ResponsesStreamParser(EventParser):
             return
         final = any(b'"type":"' + t + b'"' in data for t in _TERMINAL) or b'"type":"error"' in data
         block = self.relayed(data, "model", None)
+        obj: Any = None
         if self._rename is not None and b'"response":' in data:
-            fixed = renamed_response(data, self._rename)
-            if fixed == renamed(data, "model", self._rename):
-                block = self.relayed(data, "model", self._rename)  # the name changed in place
-            else:  # the event written anew: framed as the API frames it
-                kind = str(jsonutil.loads(fixed).get("type", ""))
-                block = b"event: " + kind.encode() + b"\n" + encode_data(fixed)
+            obj = jsonutil.loads(data)
+            response = obj.get("response") if isinstance(obj, dict) else None
+            if data.count(b'"model"') == 1 and isinstance(response, dict) and isinstance(response.get("model"), str):
+                block = self.relayed(data, "model", self._rename)  # the one name is the response's
+            else:
+                fixed = renamed_response(data, self._rename)
+                if fixed == renamed(data, "model", self._rename):
+                    block = self.relayed(data, "model", self._rename)  # the name changed in place
+                else:  # the event written anew: framed as the API frames it
+                    kind = str(jsonutil.loads(fixed).get("type", ""))
+                    block = b"event: " + kind.encode() + b"\n" + encode_data(fixed)
         out.append(Frame(block, final=final))
         if final:
             self._done = True
-            obj = jsonutil.loads(data)
+            if obj is None:
+                obj = jsonutil.loads(data)
             response = obj.get("response") if isinstance(obj, dict) else None
             if isinstance(response, dict):
                 out.append(FinishEvent(self._ended(response)))

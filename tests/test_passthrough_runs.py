@@ -1,0 +1,72 @@
+"""A pass-through relays a stream's bytes as they came (the model renamed where the route renames
+it), however the reads are cut: the token events of Anthropic's Messages and the Responses API go
+out undecoded in runs, and what the gateway reads of the rest (finish, usage, faults) is what
+reading every event gives."""
+
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.codec.parsing import PARSE_ERRORS, EventParser
+from gateway.dialects.anthropic.reading import MessagesStreamParser
+from gateway.dialects.responses.reading import ResponsesStreamParser
+from gateway.neutral.events import TOKENS, Event, Frame
+from tests.test_textchunks import event_cuts
+from tests.test_textchunks_recorded import lengthened
+
+FIX = Path(__file__).parent / "fixtures"
+NAME = b'"gpt-4o-mini"'
+MODEL = re.compile(rb'"model":"[^"]*"')
+
+STREAMS: dict[str, tuple[Callable[[bytes | None], EventParser], str]] = {
+    "anthropic/sdk_basic_stream.sse": (lambda r: MessagesStreamParser(True, r), "delta.text"),
+    "anthropic/sdk_tool_use_stream.sse": (lambda r: MessagesStreamParser(True, r), "delta.text"),
+    "anthropic/vllm_max_tokens_stream.sse": (lambda r: MessagesStreamParser(True, r), "delta.text"),
+    "responses/vllm_stream.txt": (lambda r: ResponsesStreamParser(True, r), "delta"),
+}
+
+
+def relayed(parser: EventParser, data: bytes, cuts: list[int]) -> tuple[bytes, list[Event], str | None]:
+    """The bytes a client gets, what else was read (but the token marks), and the fault."""
+    events: list[Event] = []
+    at, fault = 0, None
+    try:
+        for cut in [*cuts, len(data)]:
+            events += parser.feed(data[at:cut])
+            at = cut
+        events += parser.close()
+    except PARSE_ERRORS as e:
+        fault = type(e).__name__
+    frames = b"".join(e.payload for e in events if type(e) is Frame)
+    # Token events are only counted by the metrics: a run relayed undecoded marks that tokens came.
+    rest = [e for e in events if type(e) is not Frame and not isinstance(e, TOKENS)]
+    return frames, rest, fault
+
+
+@pytest.mark.parametrize("name", sorted(STREAMS))
+@pytest.mark.parametrize("rename", [None, NAME])
+def test_a_passthrough_relays_every_byte_and_reads_what_the_full_reading_reads(name: str, rename: bytes | None):
+    factory, path = STREAMS[name]
+    rng = random.Random(name)
+    recorded = (FIX / name).read_bytes()
+    if not recorded.endswith(b"\n\n"):
+        recorded += b"\n\n"
+    data = lengthened(recorded, path, rng)
+    # Read event by event (the runs never start: each read begins with another event first).
+    reference = relayed(factory(rename), data, event_cuts(data))
+    frames, _, fault = reference
+    assert fault is None
+    if rename is None:
+        assert frames == data
+    else:
+        assert frames.count(b'"model":' + NAME) >= 1
+        assert MODEL.sub(b"", frames) == MODEL.sub(b"", data)
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 5)))
+        assert relayed(factory(rename), data, cuts) == reference, cuts
+    whole = factory(rename)
+    got = relayed(whole, data, [])
+    assert got == reference
