@@ -1,4 +1,4 @@
-"""Prometheus metrics (the names in the README's Operations section are a contract), on a
+"""Prometheus metrics (the names in docs/operations.md are a contract), on a
 registry owned by each app, and their exposition.
 
 Labels are route and backend names from the config and fixed enums, never client-supplied

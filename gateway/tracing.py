@@ -13,8 +13,8 @@ upstream request with every failover attempt: a retry is an event on it, not a s
 
 What the spans record is gateway.spans': attributes after OpenTelemetry's GenAI conventions
 (`gen_ai.operation.name`, `gen_ai.request.*`, `gen_ai.usage.*`, `gen_ai.response.finish_reasons`;
-the first token is an event), with a few HTTP and `gateway.*` ones; the README (Operations,
-Tracing) lists them. Spans hold names, numbers and finish reasons only: never a prompt, a
+the first token is an event), with a few HTTP and `gateway.*` ones; docs/operations.md (Tracing)
+lists them. Spans hold names, numbers and finish reasons only: never a prompt, a
 completion, a stop string or an error's text. This module owns the SDK: the provider, the
 sampler, the exporter, and the spans' beginnings.
 

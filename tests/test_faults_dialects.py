@@ -102,8 +102,8 @@ async def still_serves(gw: Any, upstream: Any, r: R) -> None:
     assert resp.status == 200, body
 
 
-# Status and error type/code each dialect gives for a backend condition (DIALECTS.md §6.12 and
-# docs/dialects/*.md). TGI reports a backend's own 500 as a generation failure (424).
+# Status and error type/code each dialect gives for a backend condition (each dialect's Errors
+# section in docs/dialects/*.md). TGI reports a backend's own 500 as a generation failure (424).
 EXPECT: dict[str, dict[str, tuple[int, str | None]]] = {
     "mindie": {
         "connect": (503, "Service Unavailable"),

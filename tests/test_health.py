@@ -8,8 +8,8 @@ from gateway.dialects import registry as dialects
 from gateway.health import READINESS
 from tests.support import Recorded, json_reply
 
-# The health call each dialect's backends answer (DESIGN.md, issue 6); for Triton the model's
-# own readiness is as good as the server's, and says more.
+# The health call each dialect's backends answer (docs/operations.md, Health and readiness); for
+# Triton the model's own readiness is as good as the server's, and says more.
 HEALTH_PATHS = {
     "openai": {"/v1/models"},
     "mindie": {"/health"},

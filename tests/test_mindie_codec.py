@@ -1,4 +1,5 @@
-"""MindIE codecs against the seeds' own payloads: parsing, rendering, outbound stream parsing."""
+"""MindIE codecs against payloads MindIE sends and takes (tests/fixtures/mindie): parsing, rendering,
+outbound stream parsing."""
 
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ def parse_all(parser: Any, body: bytes, step: int | None = None) -> list[Any]:
     return events + parser.close()
 
 
-def test_seed_000_request_to_neutral() -> None:
+def test_an_infer_token_request_reads_into_neutral_params() -> None:
     req = inbound.parse_infer(fixture("infer_token_request.json"))
     assert req.prompt_ids == [5618, 19678, 701, 9072, 13]
     assert req.stream is False
@@ -80,7 +81,7 @@ def test_native_inputs_rejected(body: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("step", [None, 1, 7, 64])
-def test_seed_000_stream_parsed(step: int | None) -> None:
+def test_an_infer_token_stream_parses_however_it_is_cut(step: int | None) -> None:
     events = parse_all(GenerateStreamParser(prompt_tokens=5), fixture("infer_token_stream.txt"), step)
     texts = [e for e in events if isinstance(e, TextDelta)]
     assert (
@@ -121,24 +122,24 @@ def test_stream_without_final_event_is_truncated() -> None:
         p.close()
 
 
-def test_seed_004_stream_usage_in_final_chunk() -> None:
+def test_a_chat_stream_gives_usage_in_its_final_chunk() -> None:
     events = parse_all(OpenAIStreamParser(chat=True), fixture("chat_stream.txt"))
     assert [e.reason for e in events if isinstance(e, FinishEvent)] == [Finish.EOS]
     usage = next(e for e in events if isinstance(e, UsageEvent)).usage
     assert (usage.prompt_tokens, usage.completion_tokens) == (54, 17)
 
 
-def test_seed_004_full_text_stream_diffed() -> None:
+def test_a_full_text_chat_stream_becomes_deltas() -> None:
     events = parse_all(FullTextParser(OpenAIStreamParser(chat=True)), fixture("chat_stream_full_text.txt"), 13)
     texts = [e.text for e in events if isinstance(e, TextDelta)]
     assert texts == ["Hello", "!", " How", " can", " I", " assist", " you", " today", "?"]
     assert [e.reason for e in events if isinstance(e, FinishEvent)] == [Finish.LENGTH]
 
 
-def test_seed_004_chat_request_parsed() -> None:
+def test_a_chat_request_reads_its_vendor_fields_and_media() -> None:
     req = inbound.parse_chat(fixture("chat_request.json"))
     assert req.wire == "mindie"
-    assert req.params.top_k is None  # the seed's 0 means "not set"
+    assert req.params.top_k is None  # the request's top_k of 0 means "not set"
     assert req.params.stop == ("stop1", "stop2")
     assert req.params.stop_token_ids == (2, 13)
     assert req.params.repetition_penalty == 1.0

@@ -14,3 +14,11 @@ def test_the_quick_start_installs_what_its_examples_import() -> None:
         before = section[: section.index(block)]
         for module in re.findall(r"^(?:from|import) (\w+)", block, re.M):
             assert module == "gateway" or re.search(rf"pip install [^\n`]*\b{module}\b", before), module
+
+
+def test_ci_runs_exactly_the_test_command_the_readme_gives():
+    section = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = [c.strip() for c in re.findall(r"```sh\n(.*?)```", section, re.S) if "pytest" in c]
+    assert len(commands) == 1
+    ci = (Path(__file__).parent.parent / ".ci" / "run").read_text().splitlines()
+    assert ci[-1] == commands[0]

@@ -168,3 +168,27 @@ async def test_a_fault_after_the_stream_started_is_a_failed_response(upstream, m
     last = events[-1]
     assert last["type"] == "response.failed" and last["response"]["status"] == "failed"
     assert last["response"]["error"]["code"] == "server_error" and "engine died" in last["response"]["error"]["message"]
+
+
+async def test_a_passed_through_continuation_names_the_response_it_continues(upstream, make_gateway):
+    """The gateway gives the backend the whole conversation instead of `previous_response_id`;
+    its answer (and each event holding the response) names the previous response, as OpenAI's."""
+    body = fixture("vllm_response.json")
+    stream = fixture("vllm_stream.txt")
+    upstream.reply = raw_reply(body)
+    gw = await make_gateway(one_route("openai", "openai", upstream.url, options={"extensions": "vllm"}))
+    first = jsonutil.loads(body)["id"]
+    resp = await gw.post("/v1/responses", json={"model": "tiny", "input": "Hello"})
+    assert resp.status == 200
+    again = await gw.post("/v1/responses", json={"model": "tiny", "input": "More", "previous_response_id": first})
+    got = await again.json()
+    assert "previous_response_id" not in upstream.last.json
+    assert got["previous_response_id"] == first
+    assert {**got, "previous_response_id": None} == jsonutil.loads(body)
+    upstream.reply = sse_reply([e + b"\n\n" for e in stream.split(b"\n\n")[:-1]])
+    streamed = await gw.post(
+        "/v1/responses", json={"model": "tiny", "input": "More", "previous_response_id": first, "stream": True}
+    )
+    events = responses_events(await streamed.read())
+    holding = [e["response"] for e in events if "response" in e]
+    assert holding and all(r["previous_response_id"] == first for r in holding)

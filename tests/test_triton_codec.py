@@ -1,4 +1,5 @@
-"""Triton codecs against the seed's and the backends' own payloads: parsing, rendering, bodies."""
+"""Triton codecs against the generate endpoint's documented payloads and the backends' own
+(tests/fixtures/triton): parsing, rendering, bodies."""
 
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ CTX = RenderContext(request_id="rid", created=1, model="ensemble")
 # ---- inbound ---------------------------------------------------------------------------------
 
 
-def test_seed_request_parses_to_a_completion():
+def test_a_generate_request_parses_to_a_completion():
     req = parse_generate(raw("generate_request.json"), path_values())
     assert req.task is Task.COMPLETION
     assert req.model == "mymodel"
@@ -126,7 +127,7 @@ def test_error_response_shape_and_statuses():
 # ---- rendering -------------------------------------------------------------------------------
 
 
-def test_render_result_matches_seed_response():
+def test_a_rendered_answer_is_the_documented_generate_response():
     req = parse_generate(raw("generate_request.json"), path_values())
     out = render.render_result(Result([Choice(0, "model output", finish=Finish.EOS)]), req, CTX)
     assert jsonutil.loads(out) == fixture("generate_response.json")

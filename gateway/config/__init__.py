@@ -2,7 +2,7 @@
 (gateway.config.loading). Reading it from a file, or making the embedded default, is
 gateway.configfile's.
 
-The shape is the contract the README's Configuration section shows. Dialect-specific `options`
+The shape is the contract docs/configuration.md describes, key by key. Dialect-specific `options`
 are validated by the dialect's own options model, so an unknown option is a config error.
 """
 

@@ -104,7 +104,7 @@ class Auth(_Strict):
 
 
 class Limits(_Strict):
-    """What one client, or all of them together, may cost the gateway (README, Operations)."""
+    """What one client, or all of them together, may cost the gateway (docs/configuration.md, limits)."""
 
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     # Upstream requests in flight at once, over every client: a fanned-out request counts each.
@@ -241,7 +241,7 @@ class Shutdown(_Strict):
 
 
 class Tracing(_Strict):
-    """OpenTelemetry traces, exported over OTLP/HTTP (README, Operations: Tracing). Unset: off."""
+    """OpenTelemetry traces, exported over OTLP/HTTP (docs/operations.md, Tracing). Unset: off."""
 
     # The collector's traces URL (http://collector:4318/v1/traces); a bare http://host:port
     # gets OTLP's /v1/traces.

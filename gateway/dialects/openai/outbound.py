@@ -171,14 +171,16 @@ class OpenAIOutbound:
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
         if call.path == responses.PATH:
-            return responses_reading.passthrough_body(body, call.rename)
+            return responses_reading.passthrough_body(body, call.rename, responses_reading.previous_of(call.state))
         if call.passthrough:
             return reading.passthrough_body(call.state, body, call.rename)
         return reading.parse_body(call.state, body)
 
     def stream_parser(self, call: UpstreamCall) -> StreamParser:
         if call.path == responses.PATH:
-            return responses_reading.ResponsesStreamParser(passthrough=True, rename=call.rename)
+            return responses_reading.ResponsesStreamParser(
+                passthrough=True, rename=call.rename, previous=responses_reading.previous_of(call.state)
+            )
         req: Request = call.state
         return reading.OpenAIStreamParser(req.task is Task.CHAT, call.passthrough, call.rename)
 

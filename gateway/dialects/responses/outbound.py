@@ -157,11 +157,12 @@ class ResponsesOutbound:
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:
         if call.passthrough:
-            return reading.passthrough_body(body, call.rename)
+            return reading.passthrough_body(body, call.rename, reading.previous_of(call.state))
         return reading.parse_body(body)
 
     def stream_parser(self, call: UpstreamCall) -> reading.ResponsesStreamParser:
-        return reading.ResponsesStreamParser(call.passthrough, call.rename)
+        previous = reading.previous_of(call.state) if call.passthrough else None
+        return reading.ResponsesStreamParser(call.passthrough, call.rename, previous)
 
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(body)

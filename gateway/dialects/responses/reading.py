@@ -3,6 +3,7 @@ bodies, into the neutral form; and, for a client of the same API, its answer han
 came, read only for what the metrics need (tokens as they come, usage, how it ended).
 """
 
+import re
 from typing import Any
 
 from gateway import jsonutil
@@ -11,7 +12,7 @@ from gateway.codec.textchunks import ALWAYS, TextChunks
 from gateway.dialects.responses.params import ToolRef, flat_name
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
-from gateway.neutral.types import Choice, Finish, Result, Usage
+from gateway.neutral.types import Choice, Finish, Request, Result, Usage
 from gateway.sse import encode_data
 
 # How an incomplete response says why it stopped.
@@ -151,7 +152,24 @@ def renamed_response(data: bytes, rename: bytes) -> bytes:
     return out
 
 
-def passthrough_body(body: bytes, rename: bytes | None) -> Result:
+_PREVIOUS = re.compile(rb'"previous_response_id"(\s*:\s*)null')
+
+
+def previous_of(req: Request | None) -> bytes | None:
+    """The `previous_response_id` a forwarded request named (JSON bytes): the gateway gave the
+    backend the conversation instead, and the backend's answer is to name it as OpenAI's does."""
+    previous = (req.raw or {}).get("previous_response_id") if req is not None else None
+    return jsonutil.dumps(previous) if isinstance(previous, str) else None
+
+
+def with_previous(data: bytes, previous: bytes | None) -> bytes:
+    """A response (or an event holding one) naming the previous response its client named."""
+    if previous is None:
+        return data
+    return _PREVIOUS.sub(lambda m: b'"previous_response_id"' + m.group(1) + previous, data, count=1)
+
+
+def passthrough_body(body: bytes, rename: bytes | None, previous: bytes | None = None) -> Result:
     """A response for a client of the same API, as it came: its usage and how it ended read."""
     obj = jsonutil.loads(body)
     if not isinstance(obj, dict) or not isinstance(obj.get("output"), list):
@@ -159,7 +177,7 @@ def passthrough_body(body: bytes, rename: bytes | None) -> Result:
             raise _failed(obj, midstream=False)
         raise ValueError("no output")
     calls = any(isinstance(i, dict) and i.get("type") == "function_call" for i in obj["output"])
-    out = body if rename is None else renamed_response(body, rename)
+    out = with_previous(body if rename is None else renamed_response(body, rename), previous)
     return Result([Choice(finish=finish_of(obj, calls))], usage_from(obj.get("usage")), obj.get("model"), out)
 
 
@@ -167,15 +185,16 @@ class ResponsesStreamParser(EventParser):
     """A Responses API event stream into neutral events; on a pass-through, each event as a
     frame of its own (its `event:` line kept) beside what the metrics read of it."""
 
-    __slots__ = ("_calls", "_custom", "_done", "_passthrough", "_rename")
+    __slots__ = ("_calls", "_custom", "_done", "_passthrough", "_previous", "_rename")
 
-    def __init__(self, passthrough: bool = False, rename: bytes | None = None) -> None:
+    def __init__(self, passthrough: bool = False, rename: bytes | None = None, previous: bytes | None = None) -> None:
         # Translated, the text deltas are read from their template: they differ in their text,
         # their sequence number and (the public API's) padding.
         chunks = None if passthrough else TextChunks("delta", _VARYING, empty=True)
         super().__init__(chunks, relays=passthrough)
         self._passthrough = passthrough
         self._rename = rename
+        self._previous = previous
         self._done = False
         self._calls: dict[str, int] = {}  # item id -> call index
         self._custom: set[str] = set()
@@ -210,6 +229,8 @@ class ResponsesStreamParser(EventParser):
                 else:  # the event written anew: framed as the API frames it
                     kind = str(jsonutil.loads(fixed).get("type", ""))
                     block = b"event: " + kind.encode() + b"\n" + encode_data(fixed)
+        if self._previous is not None and b'"response":' in data:
+            block = with_previous(block, self._previous)
         out.append(Frame(block, final=final))
         if final:
             self._done = True
