@@ -32,6 +32,13 @@ LUA = r"""
 wrk.method = "POST"
 wrk.body = os.getenv("BENCH_BODY")
 wrk.headers["Content-Type"] = "application/json"
+local extra = os.getenv("BENCH_HEADERS")
+if extra then
+  for line in extra:gmatch("[^\n]+") do
+    local k, v = line:match("^([^:]+):%s*(.*)$")
+    if k then wrk.headers[k] = v end
+  end
+end
 local threads = {}
 function setup(thread) table.insert(threads, thread) end
 if os.getenv("BENCH_CHECK") == "1" then
@@ -71,6 +78,8 @@ class Settings:
     quick: bool
     rounds: int = 3
     stream_events: int = EVENTS
+    peers: bool = True  # vllm-router and Portkey beside the gateway (installed when missing)
+    only: tuple[str, ...] = ()  # the scenarios measured (all when empty)
 
 
 @dataclass
@@ -159,9 +168,17 @@ class Meter:
         self.lua.write_text(LUA)
 
     def wrk(
-        self, url: str, body: dict[str, Any], connections: int, seconds: int, expect: Expect | None
+        self,
+        url: str,
+        body: dict[str, Any],
+        connections: int,
+        seconds: int,
+        expect: Expect | None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         env = {**os.environ, "BENCH_BODY": json.dumps(body)}
+        if headers:
+            env["BENCH_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in headers.items())
         if expect is not None and self.s.quick:
             env |= {"BENCH_CHECK": "1", "BENCH_MARKER": expect.marker, "BENCH_EVENTS": str(expect.events)}
         # wrk's timeout (default 2 s) counts slow answers as errors; 10 s leaves it to find
@@ -178,10 +195,10 @@ class Meter:
                 return figures
         raise SetupError(f"wrk printed no figures (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
 
-    def warm(self, url: str, body: dict[str, Any]) -> None:
+    def warm(self, url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         # Connection pools fill, first-call paths run; not in --quick, which has no time to spare.
         if not self.s.quick:
-            self.wrk(url, body, self.s.connections, 1, None)
+            self.wrk(url, body, self.s.connections, 1, None, headers)
 
     def measure(
         self,
@@ -190,6 +207,7 @@ class Meter:
         pids: list[int],
         expect: Expect | None,
         cores: list[int] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Row:
         """Load `row.url` for `row.seconds`, and the CPU the processes `pids` (on `cores`, by
         default the proxy's) spent meanwhile. A scenario whose answer failed its check (`expect`
@@ -197,13 +215,21 @@ class Meter:
         if expect is None:
             row.failed.append("its answer failed the check before the run: not loaded")
         else:
-            self._load(row, body, pids, expect, cores or self.proxy_core)
+            self._load(row, body, pids, expect, cores or self.proxy_core, headers)
         return row
 
-    def _load(self, row: Row, body: dict[str, Any], pids: list[int], expect: Expect, cores: list[int]) -> None:
+    def _load(
+        self,
+        row: Row,
+        body: dict[str, Any],
+        pids: list[int],
+        expect: Expect,
+        cores: list[int],
+        headers: dict[str, str] | None = None,
+    ) -> None:
         kind = row.kind
         cpu0, busy0 = [cpu_seconds([pid]) for pid in pids], cores_busy_seconds(cores)
-        w = self.wrk(row.url, body, row.connections, row.seconds, expect)
+        w = self.wrk(row.url, body, row.connections, row.seconds, expect, headers)
         cpu1, busy1 = [cpu_seconds([pid]) for pid in pids], cores_busy_seconds(cores)
         wall = w["duration_us"] / 1e6
         row.requests = int(w["requests"])

@@ -128,7 +128,7 @@ class Procs:
         self.live: list[Proc] = []
         self.names: dict[int, str] = {}  # pid -> name, which names its log file too
 
-    def start(self, name: str, argv: list[str], cores: list[int]) -> Proc:
+    def start(self, name: str, argv: list[str], cores: list[int], env: dict[str, str] | None = None) -> Proc:
         # A session of its own: Ctrl-C at the terminal reaches this script only, which then
         # ends everything in order (the gateway's workers are relayed signals by their parent).
         with self.log_path(name).open("ab") as out:
@@ -138,6 +138,7 @@ class Procs:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=ROOT,
+                env=env,
                 start_new_session=True,
             )
         self.names[proc.pid] = name

@@ -108,7 +108,9 @@ def _latency(found: Findings, named: list[tuple[str, str, str]]) -> list[str]:
     direct = found.good("direct", BASELINE.key, "latency")
     for proxy, key, title in named:
         row = found.find(proxy, key, "latency")
-        if row is None or row.failed:
+        if row is None:
+            continue  # a scenario measured at many connections only
+        if row.failed:
             out.append(f"| {title} | FAILED | | | |")
         else:
             beside = row.floor_p50_ms - direct.p50_ms if row.floor_p50_ms and direct else None
@@ -181,6 +183,35 @@ def _disturbed(rows: list[Row]) -> list[str]:
     ]
 
 
+def _peers(found: Findings, s: Settings) -> list[str]:
+    """The peers beside the gateway and the floor, scenario by scenario: requests/s and requests
+    per CPU second of each (the CPU figure holds on a machine whose speed moves)."""
+    ratios = found.peer_ratios()
+    if not ratios and not found.peers_skipped and not found.peer_problems:
+        return []
+    out = [
+        "",
+        f"| beside the peers, {s.connections} connections | kind | req/s | req per CPU second "
+        "| the gateway's req/s | the gateway's req per CPU second | gateway / peer, per CPU second |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind in ("json", "stream"):
+        floor = found.good("floor", BASELINE.key, kind)
+        if floor is not None and floor.req_per_cpu_s:
+            cells = [_n(floor.rps), _n(floor.req_per_cpu_s), "", "", ""]
+            out.append(f"| aiohttp floor (OpenAI chat) | {kind} | " + " | ".join(cells) + " |")
+    for row, gw, v in ratios:
+        cells = [_n(row.rps), _n(row.req_per_cpu_s), _n(gw.rps), _n(gw.req_per_cpu_s), f"{v:.2f}x"]
+        out.append(f"| {row.title}: {gw.title} | {row.kind} | " + " | ".join(cells) + " |")
+    for name, why in found.peers_skipped.items():
+        out.append(f"| {name} | - | skipped: {why} | | | | |")
+    for p in found.peer_problems:
+        out.append(
+            f"| {p['proxy']}: {p['scenario']} | {p['kind']} | failed its answer check: {p['problem'][:120]} | | | | |"
+        )
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The run as Markdown: machine and command, then one table per measurement."""
     info, cores = results["machine"], results["cores"]
@@ -199,6 +230,7 @@ def markdown(results: dict[str, Any]) -> str:
     out += _loaded(found, named, s.connections, s.stream_events)
     out += ["", *_latency(found, named), "", *_paced(found, s)]
     out += _memory_and_workers(found, s, cores)
+    out += _peers(found, s)
     out += _disturbed(found.rows)
     out += ["", "| target | measured | met |", "|---|---|---|"]
     for t in results["targets"]:

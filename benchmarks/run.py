@@ -82,6 +82,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="gateway runs per JSON, stream and paced row, each between floor runs; the row is the "
         "median round (default 3; 1 with --quick)",
     )
+    ap.add_argument(
+        "--peers",
+        action=argparse.BooleanOptionalAction,
+        help="measure vllm-router and Portkey's gateway beside the gateway, installing them into "
+        "benchmarks/.peers when missing (default: yes; no with --quick)",
+    )
+    ap.add_argument("--only", help="measure only these scenarios (comma-separated keys of benchmarks/scenarios.py)")
     return ap.parse_args(argv)
 
 
@@ -106,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         soak_requests=args.soak_requests,
         quick=quick,
         rounds=args.rounds or (1 if quick else 3),
+        peers=not quick if args.peers is None else args.peers,
+        only=tuple(args.only.split(",")) if args.only else (),
     )
     out = args.out or default_out(quick)
     command = " ".join([".venv/bin/python -m benchmarks.run", *(sys.argv[1:] if argv is None else argv)])
@@ -160,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         "correctness": found.correctness,
         "memory": found.memory,
         "workers": found.workers,
+        "peers_skipped": found.peers_skipped,
+        "peer_problems": found.peer_problems,
         "targets": found.targets(quick),
         "nginx_errors": nginx_errors.strip().splitlines()[-20:],
         "failures": failures,

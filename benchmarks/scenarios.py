@@ -75,6 +75,7 @@ class Scenario:
     translating: bool = True
     paced: bool = False  # also measured as paced streams
     route: dict[str, Any] = field(default_factory=dict)  # the route's own settings (models: ...)
+    latency: bool = True  # also measured at one connection (JSON)
 
 
 OPENAI_CHAT = Client("openai", "openai", CHAT_PATH, CHAT_PATH, CHAT, {**CHAT, "stream": True})
@@ -97,9 +98,49 @@ DATABRICKS_CHAT = Client(
     {"messages": CHAT["messages"], "stream": True},
 )
 
+ANTHROPIC_MESSAGES = Client(
+    "anthropic",
+    "anthropic",
+    "/v1/messages",
+    "/v1/messages",
+    {"model": "claude-sonnet-4", "max_tokens": 256, "messages": CHAT["messages"]},
+    {"model": "claude-sonnet-4", "max_tokens": 256, "messages": CHAT["messages"], "stream": True},
+)
+# The Responses API is served on OpenAI routes. `store: false`: nothing kept per response (the
+# soak's memory is the gateway's, not a store's).
+RESPONSES_API = Client(
+    "openai",
+    "responses",
+    "/v1/responses",
+    "/v1/responses",
+    {"model": "gpt-4o-mini", "input": "Say hello", "store": False},
+    {"model": "gpt-4o-mini", "input": "Say hello", "store": False, "stream": True},
+)
+
 OPENAI = Upstream("openai", "openai")
+# The usual deployment: clients ask for `gpt-4o-mini`, the backend serves a model of another name,
+# so every answer and stream event has its model renamed on the way back.
+OPENAI_ALIASED = Upstream("openai-aliased", "openai", settings={"model": "/models/Qwen2.5-7B-Instruct"})
 MINDIE = Upstream("mindie", "mindie", "/mindie", {"model": "qwen"})  # chat goes to MindIE's /v1/chat/completions
 TRITON = Upstream("triton", "triton", settings={"model": "bench", "options": {"flavor": "trtllm"}}, tokenizer=True)
+
+
+def recorded(name: str, dialect: str, settings: dict[str, Any], tokenizer: bool = False) -> Upstream:
+    """A backend answered with a real server's recorded shapes (benchmarks.recorded)."""
+    return Upstream("rec-" + name.replace(" ", "-"), dialect, "/rec/" + name.replace(" ", "-"), settings, tokenizer)
+
+
+def triton(flavor: str, name: str) -> Upstream:
+    return recorded(name, "triton", {"model": "bench", "options": {"flavor": flavor}}, tokenizer=True)
+
+
+VLLM = recorded("vllm chat", "openai", {"model": "tiny"})
+# The same server for a Responses client, asked in chat: vLLM serves /v1/responses itself, which
+# the stub does not.
+VLLM_CHAT_ONLY = Upstream(
+    "rec-vllm-chat-only", "openai", VLLM.base, {"model": "tiny", "options": {"responses_api": False}}
+)
+REAL = "real shapes"  # titles: a backend answered with a real server's recorded stream and answer
 
 SCENARIOS = [
     Scenario(
@@ -111,12 +152,116 @@ SCENARIOS = [
         translating=False,
         paced=True,
     ),
+    Scenario(
+        "openai-openai-alias",
+        "OpenAI -> OpenAI (pass-through, model aliased)",
+        OPENAI_CHAT,
+        OPENAI_ALIASED,
+        "openai chat",
+        translating=False,
+        paced=True,
+        latency=False,
+    ),
+    Scenario(
+        "openai-vllm",
+        "OpenAI -> vLLM (pass-through, model aliased)",
+        OPENAI_CHAT,
+        VLLM,
+        "vllm chat",
+        translating=False,
+        paced=True,
+        latency=False,
+    ),
+    Scenario(
+        "anthropic-anthropic",
+        "Messages -> Messages (pass-through, vLLM's shapes)",
+        ANTHROPIC_MESSAGES,
+        recorded("anthropic", "anthropic", {"model": "tiny"}),
+        "anthropic",
+        translating=False,
+        paced=True,
+        latency=False,
+    ),
+    Scenario(
+        "responses-responses",
+        "Responses -> Responses (pass-through, vLLM's shapes)",
+        RESPONSES_API,
+        recorded("responses", "responses", {"model": "tiny"}),
+        "responses",
+        translating=False,
+        paced=True,
+        latency=False,
+    ),
     Scenario("openai-mindie", "OpenAI -> MindIE chat", OPENAI_CHAT, MINDIE, "mindie chat", paced=True),
     Scenario("openai-triton", "OpenAI -> Triton (TRT-LLM, chat template)", OPENAI_CHAT, TRITON, "triton generate"),
     # Token ids go to /v1/completions as the prompt.
     Scenario("mindie-openai", "MindIE /infer_token -> OpenAI", MINDIE_INFER_TOKEN, OPENAI, "openai completion"),
     Scenario("tgi-openai", "TGI /generate -> OpenAI", TGI_GENERATE, OPENAI, "openai completion"),
     Scenario("databricks-openai", "Databricks invocations -> OpenAI", DATABRICKS_CHAT, OPENAI, "openai chat"),
+    *(
+        Scenario(key, title, client, upstream, answer, paced=True, latency=False)
+        for key, title, client, upstream, answer in (
+            (
+                "openai-triton-minimal",
+                "OpenAI -> Triton minimal",
+                OPENAI_CHAT,
+                triton("trtllm", "triton minimal"),
+                "triton minimal",
+            ),
+            (
+                "openai-triton-trtllm",
+                "OpenAI -> Triton TRT-LLM",
+                OPENAI_CHAT,
+                triton("trtllm", "triton trtllm"),
+                "triton trtllm",
+            ),
+            (
+                "openai-triton-vllm",
+                "OpenAI -> Triton vLLM backend",
+                OPENAI_CHAT,
+                triton("vllm", "triton vllm"),
+                "triton vllm",
+            ),
+            (
+                "openai-triton-mindie",
+                "OpenAI -> Triton MindIE",
+                OPENAI_CHAT,
+                triton("mindie", "triton mindie"),
+                "triton mindie",
+            ),
+            ("openai-tgi", "OpenAI -> TGI", OPENAI_CHAT, recorded("tgi", "tgi", {}, tokenizer=True), "tgi"),
+            (
+                "tgi-mindie",
+                "TGI -> MindIE /infer",
+                TGI_GENERATE,
+                recorded("mindie native", "mindie", {"model": "qwen"}),
+                "mindie native",
+            ),
+            (
+                "openai-databricks",
+                "OpenAI -> Databricks",
+                OPENAI_CHAT,
+                recorded("databricks chat", "databricks", {"model": "bench"}),
+                "databricks chat",
+            ),
+            ("anthropic-vllm", "Messages -> vLLM", ANTHROPIC_MESSAGES, VLLM, "vllm chat"),
+            ("responses-vllm", "Responses -> vLLM", RESPONSES_API, VLLM_CHAT_ONLY, "vllm chat"),
+            (
+                "openai-anthropic",
+                "OpenAI -> Messages (vLLM's)",
+                OPENAI_CHAT,
+                recorded("anthropic", "anthropic", {"model": "tiny"}),
+                "anthropic",
+            ),
+            (
+                "openai-responses",
+                "OpenAI -> Responses (vLLM's)",
+                OPENAI_CHAT,
+                recorded("responses", "responses", {"model": "tiny"}),
+                "responses",
+            ),
+        )
+    ),
 ]
 PASS_THROUGH = SCENARIOS[0]
 PACED = [sc for sc in SCENARIOS if sc.paced]

@@ -295,7 +295,16 @@ def triton_trtllm() -> Answer:
     )
 
 
-ANSWERS = {a.name: a for a in (openai_chat(), openai_completion(), mindie_chat(), mindie_infer(), triton_trtllm())}
+def _recorded() -> dict[str, Answer]:
+    # The real servers' shapes, made with this module's Answer (so imported here, once it exists).
+    from benchmarks.recorded import answers
+
+    return answers()
+
+
+ANSWERS = {
+    a.name: a for a in (openai_chat(), openai_completion(), mindie_chat(), mindie_infer(), triton_trtllm())
+} | _recorded()
 
 
 def write_files(root: Path) -> Path:
@@ -358,6 +367,8 @@ http {{
     # Static files answer POST with 405; an error_page redirect to the same path is made as a GET.
     error_page 405 =200 $uri;
     location / {{ default_type application/json; }}
+    # A router's health probe (vllm-router asks each worker before it routes to it).
+    location ~ /health$ {{ default_type text/plain; return 200 'ok'; }}
     location /stream/ {{ default_type text/event-stream; }}
 {inline}
   }}

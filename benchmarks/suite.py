@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
-from benchmarks import answers, scenarios, stub
+from benchmarks import answers, peers, scenarios, stub
 from benchmarks.answers import Expect
 from benchmarks.figures import Findings
 from benchmarks.measure import WRK_ERRORS, Meter, Row, Settings, median_round, memory_mib
-from benchmarks.procs import Procs, Serving, check_config, free_port, log, pin_workers
+from benchmarks.procs import Procs, Serving, SetupError, check_config, free_port, log, pin_workers
 from benchmarks.scenarios import BASELINE, PACED, PASS_THROUGH, SCENARIOS, Scenario
 
 # The rows every scenario has: (kind, stream), JSON and streams at many connections.
@@ -58,6 +58,8 @@ class Suite:
         config.write_text(yaml.safe_dump(conf, sort_keys=False))
         check_config(config)
         self.gateway(config)
+        if self.s.peers:
+            self.peers()
         if not self.s.quick:
             self.two_workers(config)
 
@@ -175,18 +177,73 @@ class Suite:
             floor_run = partial(self.load, "floor", fb, kind, ref_url, connections, [ref_pid], ref_expect)
             self.found.rows.append(median_round(self.s.rounds, gateway_run, floor_run, by))
 
-        for sc in SCENARIOS:
+        for sc in self.scenarios(SCENARIOS):
             for kind, stream in LOADED:
                 rounds(sc, kind, stream, self.s.connections, "rps")
-            rounds(sc, "latency", False, 1, "p50")
-        for sc in PACED:
+            if sc.latency:
+                rounds(sc, "latency", False, 1, "p50")
+        for sc in self.scenarios(PACED):
             rounds(sc, "paced", True, self.s.paced_connections, "cpu")
+
+    def scenarios(self, among: list[Scenario]) -> list[Scenario]:
+        return [sc for sc in among if not self.s.only or sc.key in self.s.only]
+
+    def peers(self) -> None:
+        """Each peer in front of the same stub, loaded once per scenario and kind as the floor
+        is; one that cannot be installed or started is skipped, and the reason noted."""
+        stub_url = f"http://127.0.0.1:{self.nginx_port}"
+        by_key = {sc.key: sc for sc in SCENARIOS}
+        for peer in peers.PEERS:
+            log(f"the peer {peer.title}:")
+            if not any(r.scenario in [sc.key for sc in self.scenarios(SCENARIOS)] for r in peer.routes):
+                continue
+            for kind, stream in LOADED:
+                port = free_port()
+                argv = peers.argv(peer, port, stub_url, stream)
+                if isinstance(argv, str):
+                    self.found.peers_skipped[peer.name] = argv
+                    log(f"  skipped: {argv}")
+                    break
+                try:
+                    proc = self.procs.start(f"{peer.name}-{kind}", argv, self.proxy_core, peers.environment())
+                    self.procs.wait_listening(proc, port)
+                except SetupError as e:
+                    self.found.peers_skipped[peer.name] = f"did not start: {str(e).splitlines()[0]}"
+                    log(f"  skipped: {self.found.peers_skipped[peer.name]}")
+                    break
+                try:
+                    for route in peer.routes:
+                        sc = by_key[route.scenario]
+                        headers = route.headers_for(stub_url, stream)
+                        url = f"http://127.0.0.1:{port}{route.stream_path if stream else route.path}"
+                        expect = self._peer_check(peer.name, sc, kind, url, headers)
+                        if expect is not None:
+                            self.meter.warm(url, sc.client.body(stream), headers)
+                        row = self.row(peer.name, sc, kind, url, self.s.connections)
+                        row.title = peer.title
+                        body = sc.client.body(stream)
+                        self.found.rows.append(self.meter.measure(row, body, [proc.pid], expect, None, headers))
+                finally:
+                    self.procs.stop(proc)
+
+    def _peer_check(self, name: str, sc: Scenario, kind: str, url: str, headers: dict[str, str]) -> Expect | None:
+        stream = kind in STREAMED
+        entry: dict[str, Any] = {"proxy": name, "scenario": sc.key, "kind": kind, "url": url}
+        try:
+            answer = stub.ANSWERS[sc.answer]
+            expect = answers.check(url, sc.client.shape, stream, sc.client.body(stream), answer, headers)
+        except answers.CHECK_ERRORS as e:
+            entry["problem"] = f"{type(e).__name__}: {str(e)[:300]}"
+            log(f"  {name} {sc.key} {kind}: WRONG ANSWER: {entry['problem']}")
+            self.found.peer_problems.append(entry)
+            return None
+        return expect
 
     def soak(self, gw: Serving) -> None:
         """JSON requests, every scenario in turn, until soak_requests are answered; RSS after each
         run, to see that it stays flat. What came before (every scenario's runs) is the warm-up."""
         log(f"  memory soak: {self.s.soak_requests:,} JSON requests")
-        good = [sc for sc in SCENARIOS if self.found.good("gateway", sc.key, "json")]
+        good = [sc for sc in self.scenarios(SCENARIOS) if self.found.good("gateway", sc.key, "json")]
         before = memory_mib(gw.pid)
         total, errors = 0, 0
         series: list[dict[str, float]] = []

@@ -38,6 +38,33 @@ def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
     return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=count)
 
 
+class Renamer:
+    """`renamed(data, key, name, 0)` for the runs of one stream's events, whose `key` field holds
+    the same bytes in each: once seen, the field is replaced as bytes (counted first: when every
+    `key` in the run is that field), with no match and no Python call per event."""
+
+    __slots__ = ("_key", "_name", "_new", "_old", "_quoted")
+
+    def __init__(self, key: str, name: bytes) -> None:
+        self._key = key
+        self._name = name
+        self._quoted = b'"' + key.encode() + b'"'
+        self._old = b""  # the field as the stream writes it (`"model":"tiny"`)
+        self._new = b""
+
+    def __call__(self, data: bytes) -> bytes:
+        old = self._old
+        if not old or old not in data:
+            found = _field(self._key).search(data)
+            if found is None:
+                return data
+            old = self._old = found.group(0)
+            self._new = self._quoted + found.group(1) + self._name
+        if data.count(old) == data.count(self._quoted):
+            return data.replace(old, self._new)
+        return renamed(data, self._key, self._name, 0)
+
+
 def named_run(data: bytes, name: bytes, kind: bytes) -> int:
     """How many leading bytes of a read are whole events named `name`, each an `event:` line and
     one `data:` line whose payload is of type `kind` (`b'"type":"content_block_delta"'`), and
@@ -171,15 +198,24 @@ class EventParser(ABC):
         rest is read event by event. None when the read does not start that way."""
         if self._fault is not None or not self._decoder.between_events():
             return None
-        end = named_run(data, name, kind)
+        # The few events before the first token event (a stream's opening) are read whole.
+        start = data.find(b"event: " + name + b"\n")
+        if start < 0 or (start and not data.endswith(b"\n\n", 0, start)):
+            return None
+        end = named_run(data[start:] if start else data, name, kind)
         if not end:
             return None
+        out: list[Event] = self._events(data[:start]) if start else []
+        if self._fault is not None:
+            return out  # raised at the next read, after what came before it went out
+        if not self._decoder.between_events():
+            return out + self._events(data[start:])
         self._decoder.skipped()
         self._began = True
-        out: list[Event] = [Frame(data[:end]), A_TOKEN]
-        if end < len(data):
+        out += [Frame(data[start : start + end]), A_TOKEN]
+        if start + end < len(data):
             try:
-                out += self._events(data[end:])
+                out += self._events(data[start + end :])
             except PARSE_ERRORS as e:
                 self._fault = kept(e)  # raised at the next read, after what came before it went out
         return out

@@ -4,7 +4,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
-from gateway.codec.parsing import PARSE_ERRORS, EventParser, kept, renamed
+from gateway.codec.parsing import PARSE_ERRORS, EventParser, Renamer, kept, renamed
 from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
 from gateway.dialects.openai.params import FINISH_WORDS as WORDS
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
@@ -244,7 +244,7 @@ def parse_body(req: Request, body: bytes, words: FinishWords = WORDS) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename", "_words")
+    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename", "_renamer", "_words")
 
     def __init__(
         self,
@@ -260,6 +260,7 @@ class OpenAIStreamParser(EventParser):
         self._chat = chat
         self._passthrough = passthrough
         self._rename = rename
+        self._renamer = None if rename is None else Renamer("model", rename)
         self._words = words
         self._done = False
         self._finished = False
@@ -278,7 +279,7 @@ class OpenAIStreamParser(EventParser):
         head = data[:end]
         self._decoder.skipped()
         self._began = True
-        out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0))]
+        out: list[Event] = [Frame(head if self._renamer is None else self._renamer(head))]
         if events > 1 or self._empty not in head:
             out.append(A_TOKEN)
         if end < len(data):
