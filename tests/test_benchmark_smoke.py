@@ -28,7 +28,7 @@ def test_quick_benchmark_runs_clean(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=600,
     )
     if r.returncode == EXIT_NO_TOOLS:
         pytest.skip(r.stderr.strip().splitlines()[-1])
