@@ -69,7 +69,8 @@ class Findings:
     def failures(self) -> list[str]:
         # A peer that fails is noted beside the tables, and fails nothing of the gateway's.
         ours = ("direct", "floor", "gateway", "gateway-2")
-        out = [f"{r.proxy} {r.scenario} {r.kind}: {'; '.join(r.failed)}" for r in self.rows if r.failed and r.proxy in ours]
+        failed = [r for r in self.rows if r.failed and r.proxy in ours]
+        out = [f"{r.proxy} {r.scenario} {r.kind}: {'; '.join(r.failed)}" for r in failed]
         out += [f"{c['proxy']} {c['scenario']} {c['kind']}: {c['problem']}" for c in self.correctness if "problem" in c]
         for name in ("one", "two"):
             if self.workers.get(name, {}).get("failed"):

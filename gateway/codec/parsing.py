@@ -163,7 +163,7 @@ class EventParser(ABC):
                 self._relay(data, out)
             else:
                 for payload in decoder.feed_data(data):
-                    if chunks is None or not chunks.event(payload, out):
+                    if chunks is None or not chunks.event(payload, out, self):
                         self.on_event(payload, out)
             if decoder.stray:
                 self._check_stray(out)
@@ -185,7 +185,7 @@ class EventParser(ABC):
             if not ev.dispatched:
                 assert ev.raw is not None
                 out.append(Frame(ev.raw))
-            elif chunks is None or not chunks.event(ev.data, out):
+            elif chunks is None or not chunks.event(ev.data, out, self):
                 self._block = ev.raw
                 try:
                     self.on_event(ev.data, out)
@@ -248,7 +248,7 @@ class EventParser(ABC):
         pos, size = 0, len(data)
         try:
             while pos < size and self._decoder.between_events() and chunks.active:
-                pos = chunks.run(data, pos, out)
+                pos = chunks.run(data, pos, out, self)
                 if pos == size:
                     break
                 # A lone LF blank line ends an event (a stream with CRs goes the general way).

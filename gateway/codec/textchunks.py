@@ -39,9 +39,11 @@ _STR = {str}
 # The framings a template may start with: a data line, after the event's name or not.
 _DATA = (b"data: ", b"data:")
 
-# What a dialect does with a run of its template's events: their texts in order, and the values
-# of each hole it reads (by path), an entry per event; it appends what they mean to `out`.
-Take = Callable[[list[str], dict[str, list[Any]], list[Event]], None]
+# What a dialect does with a run of its template's events: given the parser reading them (a
+# function of the parser's class, not a bound method: a template that held its parser would make
+# a reference cycle of every stream), their texts in order and the values of each hole it reads
+# (by path), an entry per event, it appends what they mean to `out`.
+Take = Callable[[Any, list[str], dict[str, list[Any]], list[Event]], None]
 
 ALWAYS = True  # `varying[path]`: a hole from the first event
 SEEN = False  # a hole once it was seen to change
@@ -61,8 +63,9 @@ def text_events(texts: list[str], index: int, out: list[Event], empty: bool = Fa
 class TextChunks:
     """The template of one stream's text events: `text` is the path of the text (a string);
     `varying` the paths of fields that may change between events (ALWAYS or SEEN); `reads`
-    those of them whose values go to `take` (by default the texts become TextRun and TextDelta
-    events, empty ones too when `empty`)."""
+    those of them whose values go to `take` with the parser that reads (`owner` of `run` and
+    `event`); by default the texts become TextRun and TextDelta events, empty ones too when
+    `empty`."""
 
     __slots__ = (
         "_empty",
@@ -181,7 +184,7 @@ class TextChunks:
         self._tail = self._suf + b"\n\n"
         self._seps = (*self._segs, self._tail + self._lead)
 
-    def _decode(self, parts: list[bytes], out: list[Event]) -> bool:
+    def _decode(self, parts: list[bytes], out: list[Event], owner: Any = None) -> bool:
         """The events whose holes `parts` holds, in order, into `out`: True, or False (with
         nothing added) unless every hole decodes as one JSON value and every text as one string
         (one part that holds two values, or a text that is not one string, and the event is
@@ -219,7 +222,7 @@ class TextChunks:
         else:
             names = self._names
             held = {name: values[n::per] for n, name in enumerate(names) if name in self._reads}
-            self._take(texts, held, out)
+            self._take(owner, texts, held, out)
         return True
 
     def _parts(self, payload: bytes, parts: list[bytes]) -> bool:
@@ -236,16 +239,16 @@ class TextChunks:
         parts.append(payload[at : len(payload) - len(self._suf)])
         return True
 
-    def event(self, payload: bytes, out: list[Event]) -> bool:
+    def event(self, payload: bytes, out: list[Event], owner: Any = None) -> bool:
         """Whether `payload` (an event's data, its framing gone) is a text event of a template
         that is framed as a data line alone; its text, if so, is appended to `out`."""
         pre = self._pre
         if pre is None or b"\n" in self._framing or not payload.startswith(pre) or not payload.endswith(self._suf):
             return False
         parts: list[bytes] = []
-        return self._parts(self._framing + payload, parts) and self._decode(parts, out)
+        return self._parts(self._framing + payload, parts) and self._decode(parts, out, owner)
 
-    def run(self, data: bytes, start: int, out: list[Event]) -> int:
+    def run(self, data: bytes, start: int, out: list[Event], owner: Any = None) -> int:
         """Where the text events of the template that `data` holds from `start` (where an event
         begins) end, each a whole event (its framing, the payload, a blank line); their texts
         are appended to `out`. `start` when there are none."""
@@ -256,25 +259,25 @@ class TextChunks:
             # The read is this one event (a model's stream: an event a write).
             event = data[start:last]
             one: list[bytes] = []
-            if event.endswith(self._suf) and self._parts(event, one) and self._decode(one, out):
+            if event.endswith(self._suf) and self._parts(event, one) and self._decode(one, out, owner):
                 return last + 2
             return start
         if data is not self._refused:
             whole, used = self._whole(data, start)
-            if whole is not None and self._decode(whole, out):
+            if whole is not None and self._decode(whole, out, owner):
                 return used
             # Refused, the read is cut event by event, and not tried whole again after each
             # other event in it (which would take a read of many apart as many times).
             self._refused = data
         parts, used = self._cut(data, start)
-        if not parts or self._decode(parts, out):
+        if not parts or self._decode(parts, out, owner):
             return used
         # An event only looked like the template: the ones before it, each on its own.
         used, per = start, self._per
         frame = len(self._lead) + len(self._tail) + sum(map(len, self._segs))
         for n in range(0, len(parts), per):
             one = parts[n : n + per]
-            if not self._decode(one, out):
+            if not self._decode(one, out, owner):
                 break
             used += frame + sum(map(len, one))
         return used

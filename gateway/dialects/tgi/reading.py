@@ -90,7 +90,7 @@ class GenerateStreamParser(EventParser):
     unterminated_last = True
 
     def __init__(self, prompt_tokens: int | None = None, words: FinishWords = FINISH_WORDS) -> None:
-        super().__init__(TextChunks("token.text", _VARYING, self._run, ("token.id",)))
+        super().__init__(TextChunks("token.text", _VARYING, GenerateStreamParser._run, ("token.id",)))
         self._words = words
         self._final = False
         self._sent: list[str] = []

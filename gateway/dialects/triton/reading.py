@@ -216,7 +216,9 @@ class TritonStreamParser(EventParser):
         # whose number counts the tokens; the vLLM backend's token counts) or ignores (timings).
         reading = st.reading
         templated = not st.passthrough and not st.strip_stops
-        chunks = TextChunks("text_output", reading.varying, self._run, reading.reads) if templated else None
+        chunks = (
+            TextChunks("text_output", reading.varying, TritonStreamParser._run, reading.reads) if templated else None
+        )
         super().__init__(chunks, st.passthrough)
         self._st = st
         self._reader = Reader(st)
