@@ -14,5 +14,8 @@ Each module has one job:
   median of rounds between floor runs;
 - `figures`: ratios to the floor and to the direct rows, the targets, the failures;
 - `report`: the Markdown tables, printed, and written into a document only when asked;
-- `stub`, `paced`, `floor`: the backends and the floor themselves; `attacks`: hostile clients.
+- `stub`, `paced`, `floor`: the backends and the floor themselves; `recorded`: the answers in
+  real servers' shapes, made from their recordings in tests/fixtures;
+- `peers`: vllm-router and Portkey's gateway, installed when missing and measured beside it;
+- `attacks`: hostile clients.
 """

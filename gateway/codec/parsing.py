@@ -134,11 +134,12 @@ class EventParser(ABC):
         self._block: bytes | None = None  # the lines of the event `on_event` reads, relaying
         self._frame: bytes | None = None  # the bytes of the one event `on_event` reads, when known
 
-    def teach(self, payload: bytes, index: int = 0) -> None:
-        """`payload`, just read whole by `on_event`, is a text event that teaches the template."""
+    def teach(self, payload: bytes, index: int = 0, text: str | None = None) -> None:
+        """`payload`, just read whole by `on_event`, is a text event that teaches the template
+        (`text`: its text as read)."""
         chunks = self._chunks
         if chunks is not None and chunks.learning:
-            chunks.learn(payload, index, self._frame)
+            chunks.learn(payload, index, self._frame, text)
 
     @abstractmethod
     def on_event(self, data: bytes, out: list[Event]) -> None:

@@ -25,6 +25,7 @@ pieces are its texts and holes. Anything else is cut event by event.
 
 import itertools
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from gateway import jsonutil
@@ -36,6 +37,9 @@ from gateway.neutral.events import Event, TextDelta, TextRun, new_event
 # escaped otherwise than orjson escapes them: its events are read whole, as before).
 _TRIES = 8
 _STR = {str}
+# How many of a read's last events that end as the template's do, but are not (a stream's
+# closing events), are left out one by one before the read is cut event by event.
+_CLOSING = 4
 # The framings a template may start with: a data line, after the event's name or not.
 _DATA = (b"data: ", b"data:")
 
@@ -44,6 +48,10 @@ _DATA = (b"data: ", b"data:")
 # a reference cycle of every stream), their texts in order and the values of each hole it reads
 # (by path), an entry per event, it appends what they mean to `out`.
 Take = Callable[[Any, list[str], dict[str, list[Any]], list[Event]], None]
+
+# What a template was learned from: the framing, each value's path, the bytes between them, the
+# values, and which are holes.
+_Learned = tuple[bytes, tuple[str, ...], tuple[bytes, ...], tuple[bytes, ...], frozenset[int]]
 
 ALWAYS = True  # `varying[path]`: a hole from the first event
 SEEN = False  # a hole once it was seen to change
@@ -73,6 +81,8 @@ class TextChunks:
         "_index",
         "_lead",
         "_learned",
+        "_line",
+        "_middle",
         "_names",
         "_per",
         "_pre",
@@ -115,11 +125,13 @@ class TextChunks:
         # line), and the bytes that follow each hole of a run put back together (the last: to
         # the next event's first).
         self._tail = b""
+        self._line = 0  # which line of an event is its data line
+        self._middle = slice(0)  # that line's bytes between the template's lead and tail
         self._seps: tuple[bytes, ...] = ()
         # What the template was learned from: its framing, paths and the bytes between its
         # values, and the values themselves (a later event is compared with it).
-        self._learned: tuple[bytes, tuple[str, ...], tuple[bytes, ...], tuple[bytes, ...], frozenset[int]] | None
-        self._learned = None
+        # (Or, learned the cheap way, its framing and payload, read value by value when needed.)
+        self._learned: _Learned | bytes | None = None
         self._refused: bytes | None = None  # the last read whose run `_whole` could not prove
         self._index = 0
         self._tries = _TRIES
@@ -139,10 +151,11 @@ class TextChunks:
         self._tries = 0
         self._pre = None
 
-    def learn(self, payload: bytes, index: int, frame: bytes | None = None) -> None:
+    def learn(self, payload: bytes, index: int, frame: bytes | None = None, text: str | None = None) -> None:
         """`payload` was read whole and is one choice's text and nothing else that the reading
         looks at but the `varying` fields: keep its bytes around the text and those fields.
-        `frame`: the event's bytes as they came (framing, payload, blank line), when known."""
+        `frame`: the event's bytes as they came (framing, payload, blank line), when known;
+        `text`: the text as it was read, when known."""
         self._tries -= 1
         framing = b"data: "
         if frame is not None:
@@ -153,7 +166,11 @@ class TextChunks:
                 return  # an id, a retry or a second data line: no template of the usual kind
         # A payload of several lines (an event of several `data:` lines) teaches no template: on
         # the wire each of its lines has a `data:` of its own, which the template would lack.
-        found = units(payload) if b"\n" not in payload and b"\r" not in payload else None
+        if b"\n" in payload or b"\r" in payload:
+            return
+        if self._learned is None and text is not None and self._plain(payload, text, index, framing):
+            return
+        found = units(payload)
         if found is None:
             return
         paths = tuple(u.path for u in found)
@@ -165,23 +182,69 @@ class TextChunks:
         varying = self._varying
         holes = {at[0], *(n for n, p in enumerate(paths) if varying.get(p))}
         old = self._learned
+        if isinstance(old, bytes):  # learned the cheap way: its values are read now
+            old = self._learned = self._skeleton(old)
         if old is not None and old[:3] == (framing, paths, between):
             changed = {n for n, (a, b) in enumerate(zip(old[3], values, strict=True)) if a != b}
             if all(paths[n] in varying or n == at[0] for n in changed):
                 holes |= old[4] | changed
         self._learned = (framing, paths, between, values, frozenset(holes))
         order = sorted(holes)
-        units_at = [found[n] for n in order]
-        self._pre = payload[: units_at[0].start]
-        self._segs = tuple(payload[a.end : b.start] for a, b in itertools.pairwise(units_at))
-        self._suf = payload[units_at[-1].end :]
-        self._per = len(order)
-        self._text_at = order.index(at[0])
-        self._names = tuple(paths[n] for n in order)
+        spans = [(found[n].start, found[n].end) for n in order]
+        self._build(payload, spans, order.index(at[0]), tuple(paths[n] for n in order), framing, index)
+
+    def _plain(self, payload: bytes, text: str, index: int, framing: bytes) -> bool:
+        """The first template of a stream whose events have none of the fields that always
+        change: its one hole is the text, found as its key and the text as orjson writes them,
+        once (a key inside a string value has its quotes escaped, so it cannot be found there).
+        The payload is read value by value only if a later event is to be compared with it."""
+        varying, key = self._varying, self._text.rpartition(".")[2]
+        if any(always and b'"' + p.rpartition(".")[2].encode() + b'"' in payload for p, always in varying.items()):
+            return False
+        found = b'"' + key.encode() + b'":' + jsonutil.dumps(text)
+        at = payload.find(found)
+        if at < 0 or payload.find(found, at + 1) >= 0:
+            return False
+        start = at + len(key) + 3
+        self._learned = framing + b"\n" + payload
+        self._build(payload, [(start, at + len(found))], 0, (self._text,), framing, index)
+        return True
+
+    def _skeleton(self, learned: bytes) -> "_Learned | None":
+        """What a template learned the cheap way was learned from, value by value."""
+        framing, _, payload = learned.rpartition(b"\n")
+        found = units(payload)
+        if found is None:
+            return None
+        paths = tuple(u.path for u in found)
+        at = [n for n, p in enumerate(paths) if p == self._text]
+        between = tuple(payload[a.end : b.start] for a, b in itertools.pairwise(found))
+        values = tuple(payload[u.start : u.end] for u in found)
+        return (framing, paths, between, values, frozenset(at[:1]))
+
+    def _build(
+        self,
+        payload: bytes,
+        spans: list[tuple[int, int]],
+        text_at: int,
+        names: tuple[str, ...],
+        framing: bytes,
+        index: int,
+    ) -> None:
+        """The template: `payload`'s bytes around its holes (`spans`, in order; the text the
+        `text_at`-th, each named by its path)."""
+        self._pre = payload[: spans[0][0]]
+        self._segs = tuple(payload[a[1] : b[0]] for a, b in itertools.pairwise(spans))
+        self._suf = payload[spans[-1][1] :]
+        self._per = len(spans)
+        self._text_at = text_at
+        self._names = names
         self._index = index
         self._framing = framing
         self._lead = framing + self._pre
         self._tail = self._suf + b"\n\n"
+        self._line = framing.count(b"\n")
+        self._middle = slice(len(self._lead) - framing.rfind(b"\n") - 1, -len(self._suf) or None)
         self._seps = (*self._segs, self._tail + self._lead)
 
     def _decode(self, parts: list[bytes], out: list[Event], owner: Any = None) -> bool:
@@ -263,9 +326,15 @@ class TextChunks:
                 return last + 2
             return start
         if data is not self._refused:
-            whole, used = self._whole(data, start)
-            if whole is not None and self._decode(whole, out, owner):
-                return used
+            # The run up to the read's last event that ends as the template's do; where a
+            # stream's closing events end that way too, up to the one before, and so on.
+            stop = len(data)
+            for _ in range(_CLOSING):
+                whole, used, stop = self._whole(data, start, stop)
+                if whole is not None and self._decode(whole, out, owner):
+                    return used
+                if stop <= start:
+                    break
             # Refused, the read is cut event by event, and not tried whole again after each
             # other event in it (which would take a read of many apart as many times).
             self._refused = data
@@ -282,18 +351,22 @@ class TextChunks:
             used += frame + sum(map(len, one))
         return used
 
-    def _whole(self, data: bytes, start: int) -> tuple[list[bytes] | None, int]:
-        """The holes of the events from `start` to the last that ends as the template does, and
-        where they end, when every one of them is the template's; None otherwise. (The usual
-        read, in a few passes over all of it instead of a few per event.)"""
-        end = data.rfind(self._tail, start)
-        if end < 0:
-            return None, start
-        end += len(self._tail)
+    def _whole(self, data: bytes, start: int, stop: int) -> tuple[list[bytes] | None, int, int]:
+        """The holes of the events from `start` to the last before `stop` that ends as the
+        template does, where they end, and where that last event's tail begins; None when they
+        are not every one the template's. (The usual read, in a few passes over all of it
+        instead of a few per event.)"""
+        found = data.rfind(self._tail, start, stop)
+        if found < 0:
+            return None, start, start
+        end = found + len(self._tail)
         run = data[start:end]
-        # Each event's bytes between its lead and its tail (when the read is as it should be:
-        # the check below is what proves it).
-        middles = run[len(self._lead) : len(run) - len(self._tail)].split(self._tail + self._lead)
+        # Each event's bytes between its lead and its tail, from its data line (the event's lines
+        # but its `event:` one, and the blank one after it), when the read is as it should be:
+        # the check below is what proves it. (A split at the line ends, which memchr finds, costs
+        # a fraction of one at the long bytes between the events.)
+        lines = run.split(b"\n")
+        middles = list(map(itemgetter(self._middle), lines[self._line : len(lines) - 1 : self._line + 2]))
         segs = self._segs
         if segs:
             joined = b"\n".join(middles)
@@ -301,7 +374,7 @@ class TextChunks:
                 joined = joined.replace(seg, b"\n")
             parts = joined.split(b"\n")
             if len(parts) != len(middles) * self._per:
-                return None, start
+                return None, start, found
         else:
             parts = middles
         # Put back together: each piece, then the template's bytes that follow it.
@@ -310,8 +383,8 @@ class TextChunks:
         rebuilt[1::2] = self._seps * len(middles)
         again = b"".join(rebuilt)  # the run without its first event's lead, and the next's after it
         if len(again) != len(run) or not again.startswith(run[len(self._lead) :]):
-            return None, start
-        return parts, end
+            return None, start, found
+        return parts, end, found
 
     def _cut(self, data: bytes, start: int) -> tuple[list[bytes], int]:
         """`run`'s holes of the events from `start` that are the template's, and where they end,

@@ -170,7 +170,7 @@ class MessagesStreamParser(EventParser):
             delta = obj["delta"]
             self._delta(obj["index"], delta, out)
             if delta["type"] == "text_delta" and type(delta["text"]) is str and not self._passthrough:
-                self.teach(data)
+                self.teach(data, 0, delta["text"])
         elif kind == "content_block_start":
             self._start(obj["index"], obj["content_block"], out)
         elif kind == "message_start":

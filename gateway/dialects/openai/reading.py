@@ -325,7 +325,7 @@ class OpenAIStreamParser(EventParser):
                     if text:
                         out.append(TextDelta(text, c.get("index", 0)))
                         if chunks is not None and len(choices) == 1 and not obj.get("usage"):
-                            self.teach(data, c.get("index", 0))
+                            self.teach(data, c.get("index", 0), text)
                     continue
             i = c.get("index", 0)
             ids = token_ids(c.get("token_ids"))

@@ -265,7 +265,7 @@ class ResponsesStreamParser(EventParser):
             logprobs = chat_logprobs(obj.get("logprobs"))
             out.append(TextDelta(obj.get("delta") or "", 0, logprobs))
             if logprobs is None and type(obj.get("delta")) is str:
-                self.teach(data)
+                self.teach(data, 0, obj["delta"])
         elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
             out.append(ReasoningDelta(obj.get("delta") or ""))
         elif kind == "response.output_item.added":

@@ -128,7 +128,7 @@ class GenerateStreamParser(EventParser):
         gen = obj.get("generated_text")
         if gen is None:
             if type(text) is str and text and not tok.get("special"):
-                self.teach(data)
+                self.teach(data, 0, text)
             return
         self._final = True
         if self._chunks is not None:

@@ -232,7 +232,7 @@ class TritonStreamParser(EventParser):
         obj = jsonutil.loads(data)
         text = reader.take(obj, midstream=True)
         if chunks is not None and text and not reader.fresh_finish and type(obj.get("text_output")) is str:
-            self.teach(data)
+            self.teach(data, 0, text)
         if self._st.passthrough:
             out.append(Frame(self.relayed(data, "model_name", self._st.rename)))
         if self._matcher is not None:
