@@ -348,6 +348,13 @@ class Demo:
 
     prefix: str = ""
     backend: str = ""
+    # A simulated server of this dialect that carries only text: its model writes tool calls in
+    # this format (a `tool_parser:` name), and its backend is given that and the demo model's
+    # chat template, so tools work through it.
+    tool_parser: str = ""
+    # Clients of other dialects the default sends to this dialect's simulated server too: (their
+    # dialect, the prefix they are mounted under); an OpenAI chat in front of a text-only server.
+    fronts: tuple[tuple[str, str], ...] = ()
 
 
 @record
