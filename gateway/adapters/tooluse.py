@@ -38,10 +38,14 @@ class ToolReading:
     parser: ToolParser
     tools: tuple[Mapping[str, Any], ...]
     forced: bool = False
+    # At most one call per answer (parallel_tool_calls false): any after the first is left out.
+    single: bool = False
     failures: int = 0
 
     def stream(self) -> CallStream:
-        return self.parser.stream(self.tools, forced=self.forced)
+        # A call goes out once it is whole: one that breaks comes back as text, never as a call
+        # a client would run with half its arguments (docs/tools.md, "Streaming").
+        return self.parser.stream(self.tools, forced=self.forced, whole_calls=True)
 
     def read(self, result: Result) -> Result:
         """Each choice of a whole result, its text read for calls."""
@@ -50,9 +54,10 @@ class ToolReading:
             parsed = self.parser.parse(choice.text, self.tools, forced=self.forced)
             self.failures += parsed.failures
             if parsed.calls:
+                made = parsed.calls[:1] if self.single else parsed.calls
                 calls = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in parsed.calls
+                    for c in made
                 ]
                 choice = replace(choice, text=parsed.content, tool_calls=calls, finish=_finish(choice.finish))
             elif parsed.failures:
@@ -101,11 +106,7 @@ def tool_use(
             )
         schema = {"type": "json_schema", "json_schema": {"name": FORCED_NAME, "schema": plan.schema}}
         return params.replace(response_format=schema), _EMULATED, ToolReading(parser, tools, forced=True)
-    fates = _EMULATED
-    if params.parallel_tool_calls is False:
-        # Left to the model: a hint the gateway cannot keep without a constraint.
-        fates = {**_EMULATED, "parallel_tool_calls": Fate.DROP}
-    return params, fates, ToolReading(parser, tools)
+    return params, _EMULATED, ToolReading(parser, tools, single=params.parallel_tool_calls is False)
 
 
 @dataclass(slots=True)
@@ -183,16 +184,18 @@ class ToolStream:
         self._reading.failures += st.calls.failures
         return st.calls.calls > 0
 
-    @staticmethod
-    def _emit(index: int, st: _Choice, events: list[Event], out: list[Event]) -> None:
+    def _emit(self, index: int, st: _Choice, events: list[Event], out: list[Event]) -> None:
         for ev in events:
             if type(ev) is TextDelta:
                 assert isinstance(ev, TextDelta)
                 ev = TextDelta(ev.text, index, st.logprobs or None, st.token_ids)
                 st.logprobs, st.token_ids = [], None
-            elif index:
+            else:
                 assert isinstance(ev, ToolCallDelta)
-                ev = ev._replace(index=index)
+                if ev.call_index and self._reading.single:
+                    continue
+                if index:
+                    ev = ev._replace(index=index)
             out.append(ev)
 
     async def aclose(self) -> None:
