@@ -214,6 +214,20 @@ async def test_each_choice_is_read_on_its_own_and_keeps_its_index():
     assert out[-1] == UsageEvent(Usage(3, 9))
 
 
+@pytest.mark.parametrize("size", [1, 2, 5, 200])
+async def test_runs_of_tokens_are_read_as_the_whole_text_is(size):
+    text = "Sure thing. The answer\nfollows " + CALL + " done."
+    tokens = pieces(text, size)
+    runs: list[list[Event]] = [[TextRun(tokens[k : k + 7])] for k in range(0, len(tokens), 7)]
+    out = await drain(ToolStream(Scripted([*runs, [FinishEvent(Finish.EOS)]]), reading()))
+    shown = "".join("".join(e.texts) if type(e) is TextRun else e.text for e in out if type(e) in (TextRun, TextDelta))
+    whole = get_parser("hermes").parse(text, TOOLS)
+    assert shown == whole.content
+    calls = [e for e in out if type(e) is ToolCallDelta]
+    assert [(c.name, c.arguments) for c in calls] == [(k.name, k.arguments) for k in whole.calls]
+    assert [e.reason for e in out if type(e) is FinishEvent] == [Finish.TOOL_CALLS]
+
+
 async def test_a_choice_cut_by_length_inside_its_call_keeps_its_finish():
     out = await drain(ToolStream(Scripted([[TextDelta(CALL[:40])], [FinishEvent(Finish.LENGTH)]]), reading()))
     assert [e.reason for e in out if type(e) is FinishEvent] == [Finish.LENGTH]

@@ -21,7 +21,7 @@ from typing import Any
 from gateway.adapters.toolcalls import CallStream, ToolAction, ToolParser, get_parser
 from gateway.codec.contract import BackendView, Carriage, EventStream
 from gateway.neutral.errors import Unsupported
-from gateway.neutral.events import Event, FinishEvent, TextDelta, ToolCallDelta, expand
+from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, ToolCallDelta, new_event
 from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Finish, Result
 
@@ -154,9 +154,19 @@ class ToolStream:
 
     def _read(self, batch: list[Event]) -> list[Event]:
         out: list[Event] = []
-        for ev in expand(batch):
+        for ev in batch:
             kind = type(ev)
-            if kind is TextDelta:
+            if kind is TextRun:
+                assert isinstance(ev, TextRun)
+                st = self._choice(ev.index)
+                if st.done:
+                    continue
+                if not st.logprobs and st.token_ids is None and st.calls.passes(ev.texts):
+                    out.append(ev)  # plain tokens: they pass as they came
+                else:
+                    for text in ev.texts:
+                        self._emit(ev.index, st, st.calls.feed(text), out)
+            elif kind is TextDelta:
                 assert isinstance(ev, TextDelta)
                 st = self._choice(ev.index)
                 if st.done:
@@ -188,8 +198,9 @@ class ToolStream:
         for ev in events:
             if type(ev) is TextDelta:
                 assert isinstance(ev, TextDelta)
-                ev = TextDelta(ev.text, index, st.logprobs or None, st.token_ids)
-                st.logprobs, st.token_ids = [], None
+                if index or st.logprobs or st.token_ids is not None:
+                    ev = new_event(TextDelta, (ev.text, index, st.logprobs or None, st.token_ids))
+                    st.logprobs, st.token_ids = [], None
             else:
                 assert isinstance(ev, ToolCallDelta)
                 if ev.call_index and self._reading.single:
