@@ -106,6 +106,13 @@ def test_unknown_keys_are_errors():
     ]
 
 
+def test_a_tool_parser_is_one_the_gateway_reads():
+    assert problems(cfg(tool_parser="hermes2")) == [
+        "backends.up.tool_parser: Input should be 'hermes', 'llama3_json', 'mistral', 'pythonic' or 'qwen3_coder'"
+    ]
+    assert parse_config(cfg(tool_parser="llama3_json")).backends["up"].tool_parser == "llama3_json"
+
+
 def test_unknown_openai_option_is_an_error():
     assert problems(cfg(options={"bogus": 1})) == ["backends.up.options.bogus: Extra inputs are not permitted"]
     assert problems(cfg(options={"extensions": "sglang"})) == [

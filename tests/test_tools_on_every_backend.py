@@ -8,6 +8,7 @@ from typing import Any
 import openai
 import pytest
 
+from gateway.adapters.toolcalls import PARSERS
 from tests.tokenizer_kit import tokenizer_folder_fixture  # noqa: F401
 
 TOOLS = [
@@ -156,3 +157,17 @@ async def test_several_choices_each_read_for_calls(make_gateway, tokenizer_folde
         }
     assert [c.finish_reason for c in whole.choices] == ["tool_calls", "tool_calls"]
     assert named == {0: "get_weather", 1: "get_weather"}
+
+
+@pytest.mark.parametrize("parser", sorted(PARSERS))
+async def test_the_simulator_writes_calls_in_each_format_and_the_gateway_reads_them(
+    make_gateway, tokenizer_folder, parser
+):
+    gw = await make_gateway(config({"dialect": "tgi", "tool_parser": parser, "tokenizer": True}, str(tokenizer_folder)))
+    async with sdk(gw) as c:
+        whole = await c.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+        finish, text, calls = await streamed(c, messages=ASK, tools=TOOLS)
+    (call,) = whole.choices[0].message.tool_calls or ()
+    assert (call.function.name, call.function.arguments) == ("get_weather", '{"city":"Paris"}')
+    assert [(name, args) for _, name, args in calls] == [("get_weather", '{"city":"Paris"}')]
+    assert whole.choices[0].finish_reason == "tool_calls" == finish and not text.strip()
