@@ -35,6 +35,7 @@ from gateway.proxy.state import Closes, make_store
 from gateway.redact import REDACT, secret_header_values
 from gateway.simulator.server import create_sim_app
 from gateway.status import page as status_page
+from gateway.upstream import AnswerBudget
 
 if TYPE_CHECKING:
     from gateway.tracing import Tracing
@@ -44,6 +45,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BACKENDS = web.AppKey("backends", dict[str, Backend])
 LiveConfig = Callable[[], Config | None]
+# The room all answers together may hold (limits.max_buffered_answer_bytes), shared by the routes.
+ANSWERS = web.AppKey("answers", AnswerBudget)
 
 
 def create_app(config: Config, metrics: Metrics | None = None, store: StateStore | None = None) -> web.Application:
@@ -90,9 +93,10 @@ def create_app(config: Config, metrics: Metrics | None = None, store: StateStore
     app[READINESS] = readiness
 
     groups: dict[tuple[str, str], RouteGroup] = {}
+    answers = app[ANSWERS] = AnswerBudget(config.limits.max_buffered_answer_bytes)
     for r in config.routes:
         b = backends[r.backend]
-        engine = ProxyEngine(b, config.limits.max_answer_bytes, tracing)
+        engine = ProxyEngine(b, config.limits.max_answer_bytes, answers, tracing)
         route = Route(r.name, r.dialect, r.prefix, frozenset(r.models) if r.models else None, b, engine)
         key = (r.dialect, r.prefix)
         groups.setdefault(key, RouteGroup(r.dialect, r.prefix, [], readiness.all_ready)).routes.append(route)

@@ -22,7 +22,7 @@ from gateway import jsonutil
 from gateway.codec.capabilities import HealthDocument
 from gateway.proxy.bodies import MAX_INFO_BODY
 from gateway.proxy.routing import Backend
-from gateway.upstream import Fault
+from gateway.upstream import Fault, ReadTimeout
 
 PROBE_TIMEOUT_S = 2.0
 CACHE_S = 2.0
@@ -47,24 +47,16 @@ class Readiness:
         outbound = b.outbound
         path = outbound.health_path(b.view)
         try:
-            # The probe's whole exchange, connection included, within timeout_s.
-            async with asyncio.timeout(self.timeout_s):
-                resp = await b.client().request(
-                    b.target(url, path), "GET", b.headers, None, connect_timeout=None, timeout=None
-                )
-                try:
-                    body = await resp.read(MAX_INFO_BODY)
-                finally:
-                    resp.release()
-            ready = 200 <= resp.status < 300
-            # A dialect whose health answer is a state document (Databricks) reads it itself.
-            if ready and isinstance(outbound, HealthDocument):
-                ready = body is not None and outbound.health_ok(body)
-            return {"replica": replica, "path": path, "ready": ready, "status": resp.status}
-        except TimeoutError:
+            got = await b.get(url, path, limit=MAX_INFO_BODY, within=self.timeout_s)
+        except ReadTimeout:
             return {"replica": replica, "path": path, "ready": False, "error": f"timeout after {self.timeout_s:g}s"}
         except Fault as e:
             return {"replica": replica, "path": path, "ready": False, "error": type(e).__name__}
+        ready = 200 <= got.status < 300
+        # A dialect whose health answer is a state document (Databricks) reads it itself.
+        if ready and isinstance(outbound, HealthDocument):
+            ready = got.body is not None and outbound.health_ok(got.body)
+        return {"replica": replica, "path": path, "ready": ready, "status": got.status}
 
     async def _backend(self, b: Backend) -> dict[str, Any]:
         replicas = await asyncio.gather(*(self._probe(b, i) for i in range(len(b.urls))))

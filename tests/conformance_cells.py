@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.dialects.openai.render import FINISH as OPENAI
+from gateway.dialects.openai.params import FINISH as OPENAI
 from gateway.dialects.tgi.render import FINISH as TGI
 from gateway.neutral.types import Finish
 from tests.support import sse_json

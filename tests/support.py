@@ -1,14 +1,17 @@
-"""Test support: a scriptable fake upstream that records what it receives, and SSE helpers.
+"""Test support: a scriptable fake upstream that records what it receives, a raw one scripted
+byte by byte, and SSE helpers.
 
 The fake upstream is a real aiohttp server on loopback. Each test sets `upstream.reply` to a
 coroutine that answers one request (helpers below build the usual ones), then asserts on
-`upstream.requests`, the exact requests the gateway sent.
+`upstream.requests`, the exact requests the gateway sent. The raw one (`Server`) runs a handler
+per connection that reads and writes bytes itself, for answers no HTTP server would send.
 """
 
 import asyncio
 import datetime
 import ipaddress
 import re
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from httpx_sse._decoders import SSEDecoder
 
+import gateway.upstream as up
 from gateway import jsonutil
 
 
@@ -114,6 +118,113 @@ def sse_reply(
         return resp
 
     return reply
+
+
+class Peer:
+    """The server's side of one connection, as a handler sees it."""
+
+    def __init__(self, server: "Server", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server, self.index, self.reader, self.writer = server, server.accepts, reader, writer
+
+    async def request(self) -> bytes:
+        """One whole request, recorded; b"" once the client closed."""
+        try:
+            head = await self.reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return b""
+        sizes = [int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+        raw = head + await self.reader.readexactly(sizes[0] if sizes else 0)
+        self.server.requests.append(raw)
+        return raw
+
+    async def send(self, *pieces: bytes, pause: float = 0.01) -> None:
+        for piece in pieces:
+            self.writer.write(piece)
+            await self.writer.drain()
+            await asyncio.sleep(pause)
+
+    async def rest(self) -> None:
+        while await self.reader.read(65536):
+            pass
+
+
+Handler = Callable[[Peer], Awaitable[None]]
+
+
+class Server:
+    """A raw server on loopback that runs `handler` for each connection, and counts them. A test
+    that hangs is cancelled after 5 s."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.accepts = self.open = self.most_open = 0
+        self.requests: list[bytes] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> "Server":
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._watchdog = asyncio.get_running_loop().call_later(5, asyncio.current_task().cancel)  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._watchdog.cancel()
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def target(self, path: str = "/") -> up.Target:
+        return up.Target.of(f"http://127.0.0.1:{self.port}{path}")
+
+    def paths(self) -> list[bytes]:
+        return [r.split(b" ")[1] for r in self.requests]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
+        self.accepts += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            await self.handler(Peer(self, reader, writer))
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+def answering(*pieces: bytes, pause: float = 0.01) -> Handler:
+    """Answer every request on the connection with `pieces`, one TCP write each."""
+
+    async def handle(peer: Peer) -> None:
+        while await peer.request():
+            await peer.send(*pieces, pause=pause)
+
+    return handle
+
+
+def once(*pieces: bytes, hold: bool = True) -> Handler:
+    """Answer the first request with `pieces`, then hold the connection open (or close it)."""
+
+    async def handle(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(*pieces)
+        if hold:
+            await peer.rest()
+
+    return handle
+
+
+def closed_port_url() -> str:
+    """The URL of a loopback port nothing listens on: connecting is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 _LINE_END = re.compile(r"\r\n|\r|\n")

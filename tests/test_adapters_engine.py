@@ -24,7 +24,7 @@ from gateway.neutral.types import Finish, Message, Request, Result, Task
 from gateway.proxy.engine import ProxyEngine
 from gateway.proxy.plan import Plan
 from gateway.proxy.routing import build_backend
-from gateway.upstream import Pool
+from gateway.upstream import AnswerBudget, Pool
 from tests.support import FakeUpstream, json_reply, sse_reply
 
 
@@ -64,7 +64,7 @@ def engine(upstream: FakeUpstream, session: Pool, outbound: Any = None) -> Proxy
     conf = cfg.Backend(dialect="openai", url=upstream.url)
     backend = build_backend("up", conf, d)
     backend.pool = session
-    return ProxyEngine(backend, cfg.Limits().max_answer_bytes)
+    return ProxyEngine(backend, cfg.Limits().max_answer_bytes, AnswerBudget(cfg.Limits().max_buffered_answer_bytes))
 
 
 def plan(eng: ProxyEngine, req: Request) -> Plan:

@@ -70,17 +70,17 @@ async def test_top_k_to_a_public_openai_backend_is_dropped_and_named_with_why():
     assert "the answer carries X-Gateway-Dropped-Params: top_k" in text
 
 
-async def test_an_openai_clients_top_k_to_a_public_openai_backend_goes_as_sent_and_is_flagged():
-    # Same wire: a pass-through, where the policy does not apply; the explanation says what the
-    # backend will meet.
+async def test_an_openai_clients_top_k_to_a_public_openai_backend_is_dropped_from_the_forwarded_body():
+    # Same wire: a pass-through, yet the public API has no top_k (it would refuse the request),
+    # so its field is taken out, and said so; what the backend takes goes as sent.
     body = {**CHAT, "top_k": 5, "stop": ["\n\n"]}
     e = await explained(config("openai", "openai", model="gpt-x"), body)
-    assert e.passthrough and e.dropped == "" and e.stops is None
+    assert e.passthrough and e.dropped == "top_k" and e.stops is None
     kind, _, why = fate(e, "top_k")
-    assert kind == "forward"
-    assert "the backend's dialect has no such field: the backend judges it (translated, it would be dropped)" in why
+    assert kind == "drop" and "taken out of the body forwarded" in why
     assert fate(e, "stop")[0] == "forward" and "no such field" not in fate(e, "stop")[2]
-    assert jsonutil.loads(e.upstream[0].body or b"") == {**body, "model": "gpt-x"}
+    sent = {k: v for k, v in body.items() if k != "top_k"}
+    assert jsonutil.loads(e.upstream[0].body or b"") == {**sent, "model": "gpt-x"}
 
 
 async def test_a_mindie_backend_takes_a_completion_without_openai_only_fields_on_infer(tokenizer_folder):

@@ -113,7 +113,7 @@ async def test_reset_mid_stream(resetting, make_gateway, r):
     gw = await make_gateway(config(r, url))
     resp, body = await post(gw, r.path, json=r.body)
     assert resp.status == 200
-    assert client_stream(r, body) == (TEXTS[r.task], "backend 'up' broke off the stream")
+    assert client_stream(r, body) == (TEXTS[r.task], "backend 'up' closed the connection in the middle of its answer")
     metrics = await (await gw.get("/metrics")).text()
     assert 'gateway_upstream_errors_total{backend="up",error="midstream",route="r"} 1.0' in metrics
 
@@ -170,7 +170,9 @@ async def test_fault_before_first_event_gets_a_status(upstream, resetting, make_
     """Nothing was written yet, so the client gets a real error status, not a 200 stream."""
     if fault == "reset":
         gw = await make_gateway(config(r, await resetting([])))
-        assert await expect_error(gw, r, "malformed") == "backend 'up' broke off the stream"
+        assert (
+            await expect_error(gw, r, "malformed") == "backend 'up' closed the connection in the middle of its answer"
+        )
         return
     upstream.reply = sse_reply([ERROR_EVENT])
     gw = await make_gateway(config(r, upstream.url))

@@ -8,7 +8,7 @@ import pytest
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext
-from gateway.dialects.openai import render
+from gateway.dialects.openai import render, stream
 from gateway.dialects.openai.inbound import OpenAIInbound, parse_chat, parse_completion, parse_embedding
 from gateway.neutral.errors import InvalidRequest, NotFound, UpstreamClass, UpstreamError
 from gateway.neutral.events import FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
@@ -256,7 +256,7 @@ HEAD = b'data: {"id":"chatcmpl-req1","object":"chat.completion.chunk","created":
 
 
 def test_chat_stream_renderer_exact_frames() -> None:
-    r = render.ChunkStream(render.OPENAI, chat_req(stream=True), CTX)
+    r = stream.ChunkStream(render.OPENAI, chat_req(stream=True), CTX)
     assert r.content_type == "text/event-stream"
     assert (
         r.start()
@@ -291,7 +291,7 @@ def test_chat_stream_renderer_exact_frames() -> None:
 
 
 def test_chat_stream_renderer_include_usage_and_n() -> None:
-    r = render.ChunkStream(render.OPENAI, chat_req(stream=True, include_usage=True, params=Params(n=2)), CTX)
+    r = stream.ChunkStream(render.OPENAI, chat_req(stream=True, include_usage=True, params=Params(n=2)), CTX)
     role = b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
     assert r.start() == b"".join(HEAD + role % i + b'],"usage":null}\n\n' for i in (0, 1))
     assert r.render([TextDelta("a", 1), FinishEvent(Finish.EOS, 1), UsageEvent(Usage(3, 4))]) == (
@@ -306,7 +306,7 @@ def test_chat_stream_renderer_include_usage_and_n() -> None:
 
 
 def test_chat_stream_renderer_error_frame() -> None:
-    r = render.ChunkStream(render.OPENAI, chat_req(stream=True), CTX)
+    r = stream.ChunkStream(render.OPENAI, chat_req(stream=True), CTX)
     err = UpstreamError("backend broke off", upstream_class=UpstreamClass.MIDSTREAM)
     assert r.error(err) + r.end() == (
         b'data: {"error":{"message":"backend broke off","type":"server_error","param":null,"code":null}}\n\n'
@@ -316,7 +316,7 @@ def test_chat_stream_renderer_error_frame() -> None:
 
 def test_completion_stream_renderer_exact_frames() -> None:
     req = Request(task=Task.COMPLETION, wire="openai", model="m", prompt="p", stream=True, include_usage=True)
-    r = render.ChunkStream(render.OPENAI, req, CTX)
+    r = stream.ChunkStream(render.OPENAI, req, CTX)
     head = b'data: {"id":"cmpl-req1","object":"text_completion","created":1700000000,"model":"m","choices":['
     assert r.start() == b""
     assert r.render([TextDelta("x"), FinishEvent(Finish.LENGTH), UsageEvent(Usage(1, 1))]) == (
@@ -333,9 +333,9 @@ def test_completion_stream_renderer_exact_frames() -> None:
 def test_passthrough_renderer_withholds_unasked_usage() -> None:
     usage = b'data: {"choices":[],"usage":{}}\n\n'
     frames = [Frame(b'data: {"a":1}\n\n'), Frame(usage, usage_only=True), TextDelta("ignored")]
-    quiet = render.PassthroughStream(render.OPENAI, chat_req(stream=True))
+    quiet = stream.PassthroughStream(render.OPENAI, chat_req(stream=True))
     assert quiet.start() + quiet.render(frames) + quiet.end() == b'data: {"a":1}\n\ndata: [DONE]\n\n'
-    loud = render.PassthroughStream(render.OPENAI, chat_req(stream=True, include_usage=True))
+    loud = stream.PassthroughStream(render.OPENAI, chat_req(stream=True, include_usage=True))
     assert loud.render(frames) == b'data: {"a":1}\n\ndata: {"choices":[],"usage":{}}\n\n'
 
 

@@ -377,7 +377,7 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
     """However the stream is cut into reads, a pass-through client gets its bytes unchanged,
     and the parser reports the same finish and usage (leading token-only events of a read
     go out undecoded, so only their presence is reported)."""
-    from gateway.dialects.openai import render
+    from gateway.dialects.openai import render, stream
 
     def run(cuts: list[int], include_usage: bool) -> tuple[bytes, list[tuple[Any, ...]]]:
         p = OpenAIStreamParser(True, passthrough=True)
@@ -389,7 +389,7 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
             stream=True,
             include_usage=include_usage,
         )
-        r = render.PassthroughStream(render.OPENAI, req)
+        r = stream.PassthroughStream(render.OPENAI, req)
         got, seen = r.start(), []
         bounds = [0, *cuts, len(data)]
         for a, b in itertools.pairwise(bounds):
@@ -436,11 +436,13 @@ def test_stream_parser_truncation_and_raw_text() -> None:
     p = OpenAIStreamParser(True)
     p.feed(b"\n\n".join(frames[:5]) + b"\n\n")
     assert p.close() == []
-    # Raw text in the stream (a server error page) is an error, not silently skipped.
+    # Raw text in the stream (a server error page) is an error, not silently skipped; as the
+    # stream's first line it says the answer is no event stream, and its words are for the log.
     p = OpenAIStreamParser(True)
     with pytest.raises(UpstreamError) as ei:
         p.feed(b"Internal Server Error\n")
-    assert "Internal Server Error" in ei.value.message
+    assert ei.value.message == "backend answered with something other than an event stream"
+    assert "Internal Server Error" in ei.value.detail
 
 
 def test_passthrough_read_of_the_role_chunk_is_no_token() -> None:
@@ -451,3 +453,21 @@ def test_passthrough_read_of_the_role_chunk_is_no_token() -> None:
     assert [type(e).__name__ for e in p.feed(events[0])] == ["Frame"]
     assert [type(e).__name__ for e in p.feed(events[1])] == ["Frame", "TextDelta"]
     assert [type(e).__name__ for e in p.feed(events[0] + events[1])] == ["Frame", "TextDelta"]
+
+
+async def test_a_forwarded_body_loses_what_the_public_api_lacks_and_says_so(upstream, make_gateway):
+    """The public API refuses a field it does not know: a vLLM-style hint is taken out of the
+    forwarded body (and named), everything else goes as sent, the model renamed."""
+    from tests.conftest import one_route
+    from tests.fixtures.openai.wire import raw
+    from tests.support import raw_reply
+
+    upstream.reply = raw_reply(raw("chat_response.json"))
+    gw = await make_gateway(one_route("openai", "openai", upstream.url, model="gpt-x"))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_k": 3, "min_p": 0.1, "vendor": 1}
+    resp = await gw.post("/v1/chat/completions", json=body)
+    assert resp.status == 200
+    assert resp.headers["X-Gateway-Dropped-Params"] == "min_p,top_k"
+    assert upstream.last.json == {"model": "gpt-x", "messages": body["messages"], "vendor": 1}
+    refused = await gw.post("/v1/chat/completions", json={**body, "stop_token_ids": [2]})
+    assert refused.status == 400 and "stop_token_ids" in (await refused.json())["error"]["message"]

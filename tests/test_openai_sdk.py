@@ -92,7 +92,10 @@ async def test_sdk_completions_embeddings_models_on_embedded_default(default_gw)
 
 
 async def test_sdk_against_fixture_upstream(upstream, make_gateway):
-    gw = await make_gateway(one_route("openai", "openai", upstream.url, model="up-model"))
+    # A vLLM-style server takes top_k: it goes on in the forwarded body.
+    gw = await make_gateway(
+        one_route("openai", "openai", upstream.url, model="up-model", options={"extensions": "vllm"})
+    )
     async with sdk(gw) as c:
         upstream.reply = raw_reply(raw("chat_response_tool_calls.json"))
         r = await c.chat.completions.create(

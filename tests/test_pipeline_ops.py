@@ -15,6 +15,7 @@ from gateway.neutral.types import Message, Request, Task
 from gateway.proxy.engine import ProxyEngine
 from gateway.proxy.exchange import serve
 from gateway.proxy.routing import Route, RouteGroup
+from gateway.upstream import AnswerBudget
 from tests.conftest import one_route
 from tests.fixtures.openai.wire import load, raw
 from tests.support import json_reply, raw_reply, sse_json, sse_reply
@@ -140,10 +141,15 @@ def foreign_parse(body: bytes, path: PathValues) -> Request:
     )
 
 
+ANSWERS = AnswerBudget(Limits().max_buffered_answer_bytes)
+
+
 async def foreign_gateway(aiohttp_client: Any, url: str, extensions: str = "none") -> Any:
     app = create_app(parse_config(one_route("openai", "openai", url, options={"extensions": extensions})))
     b = app[BACKENDS]["up"]
-    group = RouteGroup("foreign", "", [Route("f", "foreign", "", None, b, ProxyEngine(b, Limits().max_answer_bytes))])
+    group = RouteGroup(
+        "foreign", "", [Route("f", "foreign", "", None, b, ProxyEngine(b, Limits().max_answer_bytes, ANSWERS))]
+    )
     ep = Endpoint(foreign_parse, RENDER, STREAM)
 
     async def handle(request: web.Request) -> web.StreamResponse:

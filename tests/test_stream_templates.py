@@ -11,6 +11,7 @@ from gateway import jsonutil
 from gateway.codec.contract import RenderContext
 from gateway.dialects.mindie import render as mindie
 from gateway.dialects.openai import render as openai
+from gateway.dialects.openai import stream as openai_stream
 from gateway.dialects.tgi import render as tgi
 from gateway.dialects.tgi.inbound import FLAVOUR as TGI
 from gateway.neutral.events import FinishEvent, TextDelta, TextRun, UsageEvent, expand
@@ -62,7 +63,7 @@ def test_openai_text_chunks_follow_the_general_rules(flavour: openai.Flavour, ta
     attached (so not from the template) the same way but for the logprobs (the template itself
     is cut from what the general rules give for a marker text)."""
     req = Request(task=task, wire="openai", model="m", stream=True)
-    renderer = openai.ChunkStream(flavour, req, RenderContext("r", 1, "m"))
+    renderer = openai_stream.ChunkStream(flavour, req, RenderContext("r", 1, "m"))
     for text in TEXTS:
         fast = json.loads(renderer.render([TextDelta(text)])[6:])
         general = json.loads(renderer.render([TextDelta(text, 0, [])])[6:])
@@ -85,10 +86,10 @@ def _renderers(ctx: RenderContext) -> dict[str, object]:
         return Request(task=task, wire=inbound, model="m", prompt="p", stream=True, params=Params(n=n))
 
     return {
-        "openai chat": openai.ChunkStream(openai.OPENAI, req(Task.CHAT, "openai", 2), ctx),
-        "openai completion": openai.ChunkStream(openai.OPENAI, req(Task.COMPLETION, "openai"), ctx),
-        "mindie chat": openai.ChunkStream(mindie.OPENAI_ROUTES, req(Task.CHAT, "mindie", 2), ctx),
-        "databricks chat": openai.ChunkStream(databricks.FLAVOUR, req(Task.CHAT, "databricks"), ctx),
+        "openai chat": openai_stream.ChunkStream(openai.OPENAI, req(Task.CHAT, "openai", 2), ctx),
+        "openai completion": openai_stream.ChunkStream(openai.OPENAI, req(Task.COMPLETION, "openai"), ctx),
+        "mindie chat": openai_stream.ChunkStream(mindie.OPENAI_ROUTES, req(Task.CHAT, "mindie", 2), ctx),
+        "databricks chat": openai_stream.ChunkStream(databricks.FLAVOUR, req(Task.CHAT, "databricks"), ctx),
         "tgi": tgi.TGIStreamRenderer(TGI, req(Task.COMPLETION, "tgi"), ctx),
         "mindie tgi-style": tgi.TGIStreamRenderer(mindie.TGI_STYLE, req(Task.COMPLETION, "mindie"), ctx),
         "mindie native": mindie.NativeStreamRenderer(req(Task.COMPLETION, "mindie"), ctx),

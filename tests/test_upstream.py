@@ -2,16 +2,18 @@
 
 import asyncio
 import collections
+import logging
 import os
 import socket
 import tracemalloc
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 import gateway.upstream as up
 from gateway.upstream import connection
+from tests.support import Handler, Peer, Server, answering, once
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 HELD = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello"  # half a body; the rest never comes
@@ -20,102 +22,6 @@ END = b"0\r\n\r\n"
 TEXT = b"".join(b"line %d of the answer\n" % i for i in range(20_000))
 # Every line and their number within bounds, but 96 KB in all.
 BIG_HEAD = b"HTTP/1.1 200 OK\r\n" + b"X-A: %s\r\n" % (b"v" * 1600) * 60 + b"Content-Length: 2\r\n\r\nok"
-
-
-class Peer:
-    """The server's side of one connection, as a handler sees it."""
-
-    def __init__(self, server: "Server", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.server, self.index, self.reader, self.writer = server, server.accepts, reader, writer
-
-    async def request(self) -> bytes:
-        """One whole request, recorded; b"" once the client closed."""
-        try:
-            head = await self.reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return b""
-        sizes = [int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
-        raw = head + await self.reader.readexactly(sizes[0] if sizes else 0)
-        self.server.requests.append(raw)
-        return raw
-
-    async def send(self, *pieces: bytes, pause: float = 0.01) -> None:
-        for piece in pieces:
-            self.writer.write(piece)
-            await self.writer.drain()
-            await asyncio.sleep(pause)
-
-    async def rest(self) -> None:
-        while await self.reader.read(65536):
-            pass
-
-
-Handler = Callable[[Peer], Awaitable[None]]
-
-
-class Server:
-    """A raw server on loopback that runs `handler` for each connection, and counts them. A test
-    that hangs is cancelled after 5 s."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.accepts = self.open = self.most_open = 0
-        self.requests: list[bytes] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def __aenter__(self) -> "Server":
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._watchdog = asyncio.get_running_loop().call_later(5, asyncio.current_task().cancel)  # type: ignore[union-attr]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._watchdog.cancel()
-        self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def target(self, path: str = "/") -> up.Target:
-        return up.Target.of(f"http://127.0.0.1:{self.port}{path}")
-
-    def paths(self) -> list[bytes]:
-        return [r.split(b" ")[1] for r in self.requests]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
-        self.accepts += 1
-        self.open += 1
-        self.most_open = max(self.most_open, self.open)
-        try:
-            await self.handler(Peer(self, reader, writer))
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass
-        finally:
-            self.open -= 1
-            writer.close()
-
-
-def answering(*pieces: bytes, pause: float = 0.01) -> Handler:
-    """Answer every request on the connection with `pieces`, one TCP write each."""
-
-    async def handle(peer: Peer) -> None:
-        while await peer.request():
-            await peer.send(*pieces, pause=pause)
-
-    return handle
-
-
-def once(*pieces: bytes, hold: bool = True) -> Handler:
-    """Answer the first request with `pieces`, then hold the connection open (or close it)."""
-
-    async def handle(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(*pieces)
-        if hold:
-            await peer.rest()
-
-    return handle
 
 
 def split(data: bytes, size: int) -> list[bytes]:
@@ -375,6 +281,24 @@ async def test_a_connection_unused_past_its_time_is_not_used_again(
     assert (srv.accepts, len(srv.requests)) == (connections, 2)
 
 
+async def test_idle_connections_close_at_their_time_without_another_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst's connections are let go when their idle time is up, not left open until a
+    request comes to find them stale: the backend sees each one closed, nothing more asked."""
+    monkeypatch.setattr(connection, "KEEP_IDLE_S", 1.0)
+    handle, go = holding()
+    async with Server(handle) as srv:
+        pool = up.Pool(8)
+        tasks = [asyncio.create_task(fetch(pool, srv.target(f"/{i}"))) for i in range(5)]
+        await until(lambda: len(srv.requests) == 5)
+        for path in srv.paths():
+            go[path].set()
+        assert await asyncio.gather(*tasks) == [b"ok"] * 5
+        assert srv.open == 5  # kept for the next requests, for now
+        await until(lambda: srv.open == 0)
+        assert (srv.accepts, len(srv.requests)) == (5, 5)
+        await pool.close()
+
+
 def holding() -> tuple[Handler, dict[bytes, asyncio.Event]]:
     """A handler that answers a request for a path once the test sets that path's event."""
     go: dict[bytes, asyncio.Event] = collections.defaultdict(asyncio.Event)
@@ -469,23 +393,47 @@ async def test_a_head_that_fails_raises_from_request(pool: up.Pool, handler: Han
             await send(pool, srv.target(), timeout=0.5)  # the endless line is cut off long before
 
 
+@pytest.mark.parametrize("upgrade", [b"Upgrade: websocket\r\nConnection: Upgrade\r\n", b""], ids=["upgrade", "bare"])
+async def test_an_unasked_switch_of_protocols_is_a_bad_answer_and_no_error_log(
+    pool: up.Pool, caplog: pytest.LogCaptureFixture, upgrade: bytes
+) -> None:
+    async with Server(once(b"HTTP/1.1 101 Switching Protocols\r\n" + upgrade + b"\r\n\x81\x02hi")) as srv:
+        with pytest.raises(up.BadAnswer) as e:
+            await send(pool, srv.target())
+    assert str(e.value) == "switched protocols (101) though the gateway asked for no upgrade"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 @pytest.mark.parametrize("reader", ["read", "chunk"])
 @pytest.mark.parametrize(
-    "handler",
+    ("handler", "fault", "message"),
     [
-        once(CHUNKED, frame(b"hello"), b"zz\r\nhello\r\n"),
-        once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", b"0123456789", hold=False),
-        once(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 10\r\n\r\n", b"not gzip!!"),
-        once(packed(TEXT, 31, cut=26_000)),
-        once(packed(TEXT, 31, cut=4)),
+        (once(CHUNKED, frame(b"hello"), b"zz\r\nhello\r\n"), up.BadAnswer, "sent a body whose framing is not HTTP/1.1"),
+        (
+            once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", b"0123456789", hold=False),
+            up.Broken,
+            "closed the connection in the middle of its answer",
+        ),
+        (
+            once(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 10\r\n\r\n", b"not gzip!!"),
+            up.BadAnswer,
+            "sent a body that does not decode as gzip",
+        ),
+        (once(packed(TEXT, 31, cut=26_000)), up.BadAnswer, "sent a gzip body that stops short of its end"),
+        (once(packed(TEXT, 31, cut=4)), up.BadAnswer, "sent a gzip body that stops short of its end"),
     ],
     ids=["bad-chunk-size", "short-body", "not-gzip", "gzip-cut-half", "gzip-without-its-trailer"],
 )
-async def test_a_body_that_breaks_off_is_broken(pool: up.Pool, handler: Handler, reader: str) -> None:
+async def test_a_body_that_breaks_off_says_how(
+    pool: up.Pool, handler: Handler, fault: type[Exception], message: str, reader: str
+) -> None:
+    """The connection closing early is Broken; a body it carried whole that cannot be read is a
+    BadAnswer, which names what is wrong with it."""
     async with Server(handler) as srv:
         answer = await send(pool, srv.target())
-        with pytest.raises(up.Broken):
+        with pytest.raises(fault) as e:
             await (answer.read(1 << 20) if reader == "read" else chunks(answer))
+        assert str(e.value) == message
         answer.close()
 
 
@@ -549,6 +497,54 @@ async def test_a_stream_of_pieces_every_50ms_for_half_a_second(
             with pytest.raises(fault):
                 await chunks(answer)
             assert issubclass(fault, TimeoutError)
+        answer.close()
+
+
+async def dribbling(peer: Peer) -> None:
+    """A head a byte at a time, each well within the gap after the one before, that never ends."""
+    await peer.request()
+    head = b"HTTP/1.1 200 OK\r\n"
+    while True:
+        await peer.send(*split(head, 1), pause=0.02)
+        head = b"X-Slow: a\r\n"
+
+
+@pytest.mark.parametrize(
+    ("timeout", "head_timeout", "gap"),
+    [(0.2, None, True), (30.0, 0.2, True), (30.0, 0.2, False), (0.2, 30.0, False)],
+    ids=["stream", "stream-head-bound", "whole-head-bound", "whole-answer-bound"],
+)
+async def test_a_head_must_come_whole_within_its_deadline(
+    pool: up.Pool, timeout: float, head_timeout: float | None, gap: bool
+) -> None:
+    """Bytes of a head, however often they come, do not put its deadline off: the head must be
+    all there within `head_timeout` (unset: `timeout`), and a whole answer's within `timeout`
+    too. (The head here never ends: without its deadline the test is cut off at 5 s.)"""
+    async with Server(dribbling) as srv:
+        with pytest.raises(up.ReadTimeout):
+            await pool.request(
+                srv.target(), "GET", {}, None, connect_timeout=1, timeout=timeout, head_timeout=head_timeout, gap=gap
+            )
+
+
+async def test_after_a_slow_head_a_streams_gaps_are_bounded_again(pool: up.Pool) -> None:
+    """A head allowed long (`head_timeout` 30 s) comes in pieces; after it, each wait for the next
+    piece is bounded by the gap (0.2 s) again, not by what was left of the head's deadline."""
+
+    async def handle(peer: Peer) -> None:
+        await peer.request()
+        head = split(CHUNKED, 8)
+        await peer.send(*head[:-1], pause=0.05)  # 0.3 s in all, longer than a gap
+        await peer.send(head[-1] + frame(b"one"))
+        await peer.rest()  # and then nothing
+
+    async with Server(handle) as srv:
+        answer = await pool.request(
+            srv.target(), "GET", {}, None, connect_timeout=1, timeout=0.2, head_timeout=30, gap=True
+        )
+        assert await answer.chunk() == b"one"
+        with pytest.raises(up.ReadTimeout):
+            await answer.chunk()
         answer.close()
 
 

@@ -6,6 +6,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from gateway.codec.contract import BackendView, Caller, Inbound
 from gateway.modelserver import PageKind
+from gateway.neutral.types import Request
 from gateway.records import record
 
 # ---- an outbound's ---------------------------------------------------------------------------
@@ -24,6 +25,21 @@ class ListsModels(Protocol):
     their own, which an OpenAI client's model list may relay."""
 
     def models_path(self, backend: BackendView[Any]) -> str: ...
+
+
+@runtime_checkable
+class TrimsForwarded(Protocol):
+    """It forwards a client of its own wire the body as it came, and can take out the fields of
+    parameters its servers lack (the fate policy drops a hint, or refuses a contract, for a
+    forwarded body as for a translated one)."""
+
+    def trims(self, req: Request) -> bool:
+        """Whether it knows the fields of this request's wire (else its body goes as it came)."""
+        ...
+
+    def trimmed(self, req: Request, names: Sequence[str]) -> dict[str, Any]:
+        """The client's body (`req.raw`) without the fields of these neutral parameters."""
+        ...
 
 
 @record

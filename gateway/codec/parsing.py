@@ -7,6 +7,7 @@ A subclass says what one event's payload means (`on_event`) and what the end of 
 means (`on_end`: a final event missing is a truncated stream for some dialects).
 """
 
+import copy
 import re
 from abc import ABC, abstractmethod
 from functools import lru_cache
@@ -34,9 +35,27 @@ def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
     return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=count)
 
 
+def kept(e: Exception) -> Exception:
+    """A fault kept to raise later, as a copy each time: kept with its traceback, or the fault it
+    was raised from, the frames there (which hold the parser) and the parser would hold each
+    other, and the request with them, until the collector came by."""
+    e.__traceback__ = e.__context__ = e.__cause__ = None
+    return e
+
+
 def broken_off(text: str) -> UpstreamError:
     """What a backend wrote into its stream instead of an event, for the client (`clip`ped)."""
     return UpstreamError(f"backend broke off the stream: {clip(text)}", upstream_class=UpstreamClass.MIDSTREAM)
+
+
+def not_events(text: str) -> UpstreamError:
+    """A stream that is not an event stream from its first line (an HTML page, a JSON answer):
+    what it says is for the log, not the client, who gets the gateway's words."""
+    return UpstreamError(
+        "backend answered with something other than an event stream",
+        upstream_class=UpstreamClass.MIDSTREAM,
+        detail=repr(text[:200]),
+    )
 
 
 class EventParser(ABC):
@@ -48,13 +67,14 @@ class EventParser(ABC):
     event on as it came, by `relayed` from `on_event`; what dispatches no event (comments, a
     keep-alive) goes on as a Frame of its own."""
 
-    __slots__ = ("_block", "_chunks", "_decoder", "_fault", "_relays")
+    __slots__ = ("_began", "_block", "_chunks", "_decoder", "_fault", "_relays")
     # Whether a last event that the stream's end cuts off from its blank line still counts.
     unterminated_last = False
 
     def __init__(self, chunks: TextChunks | None = None, relays: bool = False) -> None:
         self._decoder = SSEDecoder(keep=relays)
         self._fault: Exception | None = None
+        self._began = False  # an event has come: the stream is an event stream
         self._chunks = chunks
         self._relays = relays
         self._block: bytes | None = None  # the lines of the event `on_event` reads, relaying
@@ -73,21 +93,25 @@ class EventParser(ABC):
         """The read event by event: a lone chunk of the template from it, anything else by
         `on_event`."""
         if self._fault is not None:
-            raise self._fault
+            raise copy.copy(self._fault)
         out: list[Event] = []
         chunks = self._chunks
+        decoder = self._decoder
         try:
             if self._relays:
                 self._relay(data, out)
             else:
-                for payload in self._decoder.feed_data(data):
+                for payload in decoder.feed_data(data):
                     if chunks is None or not chunks.event(payload, out):
                         self.on_event(payload, out)
-            self._check_stray()
+            if decoder.stray:
+                self._check_stray(out)
         except PARSE_ERRORS as e:
             if not out:
                 raise
-            self._fault = e
+            self._fault = kept(e)
+        if out:
+            self._began = True
         return out
 
     def _relay(self, data: bytes, out: list[Event]) -> None:
@@ -149,22 +173,27 @@ class EventParser(ABC):
         except PARSE_ERRORS as e:
             if not out:
                 raise
-            self._fault = e  # raised at the next read, after what came before it went out
+            self._fault = kept(e)  # raised at the next read, after what came before it went out
+        if out:
+            self._began = True
         return out
 
     def close(self) -> list[Event]:
         if self._fault is not None:
-            raise self._fault
+            raise copy.copy(self._fault)
         out: list[Event] = []
         # A last event without its blank line is discarded, as the SSE rules say, unless the
         # dialect's servers end that way.
         last = self._decoder.feed(b"\n\n") if self.unterminated_last else []
         self._take(last + self._decoder.close(), out)
-        self._check_stray()
+        self._check_stray(out)
         self.on_end(out)
         return out
 
-    def _check_stray(self) -> None:
-        # Lines that are not SSE fields: some servers write raw text into a stream on failure.
-        if self._decoder.stray:
-            raise broken_off(b" ".join(self._decoder.stray).decode("utf-8", "replace"))
+    def _check_stray(self, out: list[Event]) -> None:
+        # Lines that are not SSE fields: some servers write raw text into a stream on failure,
+        # which is their word on it; before any event, the answer is no event stream at all.
+        stray = self._decoder.stray
+        if stray:
+            text = b" ".join(stray).decode("utf-8", "replace")
+            raise broken_off(text) if self._began or out else not_events(text)

@@ -42,6 +42,11 @@ class WireNames:
         """The neutral parameters this surface holds."""
         return frozenset(self._out)
 
+    def fields(self, names: Iterable[str]) -> frozenset[str]:
+        """The wire fields (aliases included) that hold these neutral parameters."""
+        wanted = frozenset(names)
+        return frozenset(wire for wire, (name, _rank) in self._in.items() if name in wanted)
+
     def fates(self, **others: Fate) -> dict[str, Fate]:
         """MAP for every parameter carried, plus the fates given for others (EMULATE mostly)."""
         return {**dict.fromkeys(self._out, Fate.MAP), **others}

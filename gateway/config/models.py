@@ -136,6 +136,7 @@ class Limits(_Strict):
     # The most of one backend answer held at once: a whole answer's body (decoded), or what a
     # stream sends without finishing an event. Large embedding batches are the big answers.
     max_answer_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    max_buffered_answer_bytes: int = Field(512 * 1024 * 1024, gt=0)  # all answers at once, decoded
 
     @model_validator(mode="after")
     def _body_fits(self) -> "Limits":
@@ -188,11 +189,10 @@ class Backend(_Strict):
     simulate: bool = False
     model: str | None = None
     headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
-    # The longest wait for the backend's next byte (a whole answer's headers, a stream's next chunk).
+    # A whole answer, head and body, must come within timeout_s; a stream, its head and each gap.
     timeout_s: float = Field(600.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
-    # The longest wait for the response headers (unset: timeout_s). A whole answer's headers come
-    # when it is generated, so set it below timeout_s only where that is quick, or for streams.
+    # The whole head, alone (unset: timeout_s); a whole answer's comes once it is generated.
     first_byte_timeout_s: float | None = Field(None, gt=0)
     # Further replicas tried for one request when one fails before answering; a pause of about
     # retry_backoff_s (jittered, doubling) before each.

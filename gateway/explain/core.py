@@ -30,7 +30,7 @@ from gateway.proxy.plan import Plan, fate_of, policy, pool_headers
 from gateway.proxy.routing import Backend, Route, RouteGroup, build_backend
 from gateway.proxy.state import MemoryStore, StoreLimits
 from gateway.redact import REDACTED
-from gateway.upstream import Unsendable, shown_url
+from gateway.upstream import AnswerBudget, Unsendable, shown_url
 from gateway.upstream.pool import _request_bytes
 from gateway.upstream.target import join
 
@@ -182,7 +182,8 @@ def _engines(config: Config, conf: RouteConf) -> dict[str, tuple[Route, ProxyEng
         if r.backend not in backends:
             b = config.backends[r.backend]
             backends[r.backend] = build_backend(r.backend, b, registry.get(b.dialect))
-        engine = ProxyEngine(backends[r.backend], config.limits.max_answer_bytes)
+        # Nothing is sent, so no answer takes room: a budget of its own, never used.
+        engine = ProxyEngine(backends[r.backend], config.limits.max_answer_bytes, AnswerBudget(1))
         models = frozenset(r.models) if r.models else None
         out[r.name] = (Route(r.name, r.dialect, r.prefix, models, backends[r.backend], engine), engine)
     return out
@@ -231,10 +232,14 @@ def _params(
         shown = _plain(value)
         fate = fate_of(name, value, fates)
         if plan is not None and plan.passthrough:
+            if name in plan.dropped:
+                why = _WHY[Fate.DROP] + ": its field is taken out of the body forwarded"
+                out.append(ParamFate(name, shown, Fate.DROP.value, (), why))
+                continue
             why = "the body goes to the backend as the client sent it"
             if fate in (Fate.DROP, Fate.REFUSE):
-                # The policy is not applied to a pass-through; where it would have stepped in is
-                # what surprises a client whose backend then refuses the field.
+                # A dialect whose forwarded bodies the gateway does not trim: where the policy
+                # would have stepped in is what surprises a client whose backend then refuses it.
                 why += (
                     ", though the backend's dialect has no such field: the backend judges it "
                     f"(translated, it would be {_WOULD[fate]})"

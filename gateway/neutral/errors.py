@@ -53,14 +53,18 @@ class Kind(StrEnum):
 
 
 class UpstreamClass(StrEnum):
-    """Label values of gateway_upstream_errors_total{error}."""
+    """What went wrong with a backend, one thing each (docs/upstream.md): the label values of
+    gateway_upstream_errors_total{error}, the access line's upstream_error, a span's error.type.
+    The gateway's own limits are none of these (its connections to a backend all in use is
+    an overload, a 503)."""
 
-    CONNECT = "connect"
-    TIMEOUT = "timeout"
-    STATUS_4XX = "status_4xx"
-    STATUS_5XX = "status_5xx"
-    PROTOCOL = "protocol"
-    MIDSTREAM = "midstream"
+    CONNECT = "connect"  # no connection could be made: nothing was sent
+    TIMEOUT = "timeout"  # the answer's head, or a whole answer, did not come in time
+    STATUS_4XX = "status_4xx"  # it turned the request away with a 4xx (Triton: a 200 saying so)
+    STATUS_5XX = "status_5xx"  # it answered a 5xx
+    CLOSED = "closed"  # the connection closed or was reset before the answer was whole
+    PROTOCOL = "protocol"  # an answer the gateway cannot take: HTTP, framing, coding, size, dialect
+    MIDSTREAM = "midstream"  # a stream whose head had come failed, whatever the cause
 
 
 class GatewayError(Exception):
@@ -149,7 +153,8 @@ class UpstreamError(GatewayError):
     """The backend failed. `upstream_class` labels the metric.
 
     The message often quotes the backend's own words, which may echo a credential: it is
-    scrubbed and cut short (`clip`) here, once, so it is safe to show wherever it goes.
+    scrubbed and cut short (`clip`) here, once, so it is safe to show wherever it goes. `detail`
+    is what the backend sent that tells more, for the log and never for the client.
     """
 
     status = 502
@@ -165,12 +170,14 @@ class UpstreamError(GatewayError):
         kind: Kind | None = None,
         code: str | None = None,
         param: str | None = None,
+        detail: str = "",
     ) -> None:
         super().__init__(for_client(clip(scrub(message))), status=status, code=code, param=param)
         if upstream_class is not None:
             self.upstream_class = upstream_class
         if kind is not None:
             self.kind = kind
+        self.detail = detail
 
 
 class UpstreamConnectError(UpstreamError):
@@ -238,6 +245,12 @@ def _status_error(status: int, message: str, backend: str, body: bytes | None, b
         return UpstreamError(text, upstream_class=cls, status=503, kind=Kind.UNAVAILABLE)
     if status >= 500:
         return UpstreamError(text, upstream_class=cls, status=status, kind=Kind.UPSTREAM)
+    if status == 304:
+        # Not Modified answers a conditional request, and the gateway sends none.
+        return UpstreamError(
+            f"backend {backend!r} answered 304 Not Modified to a request that was not conditional",
+            upstream_class=UpstreamClass.PROTOCOL,
+        )
     if 300 <= status < 400:
         # Redirects are never followed: the request would carry the prompt and the backend's
         # credentials to wherever the backend points.

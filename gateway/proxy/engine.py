@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gateway import jsonutil
 from gateway.adapters import tokenizer_for
@@ -27,36 +27,51 @@ from gateway.neutral.errors import (
     GatewayError,
     InvalidRequest,
     Kind,
+    Overloaded,
     UpstreamClass,
     UpstreamConnectError,
     UpstreamError,
-    UpstreamTimeout,
     upstream_status_error,
 )
 from gateway.neutral.types import Answer, Request, Result
 from gateway.proxy import fanout
-from gateway.proxy.answers import READ_FAULTS, AnswerStream, malformed, too_large
+from gateway.proxy.answers import READ_FAULTS, AnswerStream, fault_error, logged, malformed, over_budget, too_large
 from gateway.proxy.bodies import MAX_ERROR_BODY, MAX_INFO_BODY
 from gateway.proxy.offload import OFFLOAD_BYTES, offload
 from gateway.proxy.plan import NO_HEADERS, Plan, make_plan
 from gateway.proxy.routing import Backend
 from gateway.redact import REDACT
 from gateway.upstream import Answer as Upstream
-from gateway.upstream import BadAnswer, ConnectFailed, ConnectTimeout, Fault, Target, Unsendable, shown_url
+from gateway.upstream import (
+    AnswerBudget,
+    Broken,
+    ConnectFailed,
+    ConnectTimeout,
+    Fault,
+    OverBudget,
+    PoolBusy,
+    ReadTimeout,
+    Target,
+    Unsendable,
+    shown_url,
+)
 
 if TYPE_CHECKING:  # imported only when tracing is on (gateway.app)
     from gateway.spans import ClientTrace
     from gateway.tracing import Tracing
 
 log = logging.getLogger("gateway")
-T = TypeVar("T")
 
 
 class ProxyEngine:
-    def __init__(self, backend: Backend, max_answer_bytes: int, tracing: "Tracing | None" = None) -> None:
+    def __init__(
+        self, backend: Backend, max_answer_bytes: int, answers: AnswerBudget, tracing: "Tracing | None" = None
+    ) -> None:
         self.backend = backend
-        # The most of one answer held at once: a whole body, or a stream's unfinished event.
+        # The most of one answer held at once: a whole body, or a stream's unfinished event;
+        # and what all answers of the process may hold together.
         self._max_answer = max_answer_bytes
+        self._answers = answers
         self.codec = backend.outbound
         # Begins each upstream request's span; None with tracing off.
         self._trace = tracing.client(backend.name, backend.conf.dialect, backend.model) if tracing else None
@@ -100,97 +115,98 @@ class ProxyEngine:
 
     async def _send(
         self, call: UpstreamCall, request_id: str, configured: bool, trace: "ClientTrace | None" = None
-    ) -> Upstream:
-        """Send the call; an UpstreamError for any answer but a 2xx. `configured`: the model
-        asked for is the one the backend's config names, so a 404 is the operator's mistake.
-        `trace`: the request's span, whose context the backend gets and which sees each attempt."""
+    ) -> tuple[Upstream, int]:
+        """Send the call; the answer (a 2xx) and the replica it came from, or an UpstreamError.
+        `configured`: the model asked for is the one the backend's config names, so a 404 is
+        the operator's mistake. `trace`: the request's span, whose context the backend gets and
+        which sees each attempt."""
         b = self.backend
         conf = b.conf
         headers = self.headers(call, request_id)
         if trace is not None:
             trace.inject(headers)
-        # A whole answer must be all there within timeout_s; a stream may run for long, but no
-        # wait for its next piece may. Unset, the wait for the head is bounded by the same.
-        first_byte = conf.first_byte_timeout_s
         pool = b.client()
         order = b.replicas()
         attempts = min(len(order), conf.retries + 1)
         failure: UpstreamError | None = None
-        for n, i in enumerate(order[:attempts]):
-            if n:
+        try:
+            for n, i in enumerate(order[:attempts]):
+                if n:
+                    if trace is not None:
+                        trace.retry(n, order[n - 1], failure)
+                    await asyncio.sleep(conf.retry_backoff_s * 2 ** (n - 1) * random.uniform(0.5, 1.5))
+                url = b.urls[i]
+                target = self._target(url, call.path)
+                try:
+                    # A whole answer must be all there within timeout_s; a stream may run for
+                    # long, but no wait for its next piece may. Either's head must come within
+                    # first_byte_timeout_s as well, when that is set.
+                    resp = await pool.request(
+                        target,
+                        call.method,
+                        headers,
+                        call.body,
+                        connect_timeout=conf.connect_timeout_s,
+                        timeout=conf.timeout_s,
+                        head_timeout=conf.first_byte_timeout_s,
+                        gap=call.stream,
+                        meanwhile=call.meanwhile,
+                    )
+                except Fault as e:
+                    failure = self._head_fault(e, i, call.stream)
+                    # Before a connection nothing was sent: another replica may take it. After, it
+                    # is sent again only where the operator said a second generation is harmless.
+                    if isinstance(e, (ConnectFailed, ConnectTimeout)) or (
+                        conf.retry_on_timeout and isinstance(e, (ReadTimeout, Broken))
+                    ):
+                        continue
+                    raise failure from None
                 if trace is not None:
-                    trace.retry(n, order[n - 1], failure)
-                await asyncio.sleep(conf.retry_backoff_s * 2 ** (n - 1) * random.uniform(0.5, 1.5))
-            url = b.urls[i]
-            target = self._target(url, call.path)
-            try:
-                sent = pool.request(
-                    target,
-                    call.method,
-                    headers,
-                    call.body,
-                    connect_timeout=conf.connect_timeout_s,
-                    timeout=conf.timeout_s,
-                    gap=call.stream,
-                    meanwhile=call.meanwhile,
-                )
-                resp = await (sent if first_byte is None else _within(first_byte, sent))
-            except (ConnectFailed, ConnectTimeout) as e:
-                # No connection, so not a byte of the request left: the next replica may take it.
-                # A refused connection is no fluke: that replica is left out at once.
-                log.warning("backend %s: cannot connect to replica %d (%s): %s", b.name, i, shown_url(url), e)
-                b.health.failed(i, at_once=isinstance(e, ConnectFailed))
-                failure = UpstreamConnectError(
-                    f"backend {b.name!r} is unreachable ({type(e).__name__})", kind=Kind.UNAVAILABLE
-                )
-                continue
-            except TimeoutError:
-                b.health.failed(i)
-                failure = UpstreamTimeout(f"backend {b.name!r} did not answer within {first_byte or conf.timeout_s:g}s")
-                if conf.retry_on_timeout:
-                    log.warning("backend %s: replica %d sent no answer in time; trying another", b.name, i)
+                    trace.replied(i, n, call.method, target, resp.status)
+                if resp.status < 300:
+                    b.health.succeeded(i)
+                    return resp, i
+                failure = await self._status_error(resp, call, configured)
+                if resp.status >= 500:
+                    b.health.failed(i)
+                else:
+                    b.health.succeeded(i)
+                if resp.status in (429, 503) and n + 1 < attempts:
+                    # The replica turned the request away before generating anything: another may take it.
+                    log.warning("backend %s: replica %d answered %d; trying another", b.name, i, resp.status)
                     continue
-                raise failure from None
-            except BadAnswer as e:
-                # The backend answered in HTTP the client cannot read (a header line too long, too
-                # many headers): it has the request, so it is not sent again. The parser's words
-                # are for the log only; they may quote the answer.
-                log.warning("backend %s: replica %d (%s) sent an unreadable answer: %s", b.name, i, shown_url(url), e)
-                b.health.failed(i)
-                raise UpstreamError(
-                    f"backend {b.name!r} sent an answer whose head could not be read as HTTP",
-                    upstream_class=UpstreamClass.PROTOCOL,
-                ) from None
-            except Unsendable as e:
-                raise UpstreamError(f"backend {b.name!r}: the request cannot be sent: {e}") from None
-            except Fault as e:
-                # The request may have reached the backend (a reset after it was written): sent
-                # again, it could start a second generation, so it is resent only where the
-                # operator said that is harmless. The cause is for the log, not the client.
-                log.warning("backend %s: request to replica %d (%s) failed: %s", b.name, i, shown_url(url), e)
-                b.health.failed(i)
-                failure = UpstreamConnectError(f"backend {b.name!r} failed: {type(e).__name__}")
-                if conf.retry_on_timeout:
-                    continue
-                raise failure from None
-            if trace is not None:
-                trace.replied(i, n, call.method, target, resp.status)
-            if resp.status < 300:
-                b.health.succeeded(i)
-                return resp
-            err = await self._status_error(resp, call, configured)
-            if resp.status >= 500:
-                b.health.failed(i)
-            else:
-                b.health.succeeded(i)
-            if resp.status in (429, 503) and n + 1 < attempts:
-                # The replica turned the request away before generating anything: another may take it.
-                log.warning("backend %s: replica %d answered %d; trying another", b.name, i, resp.status)
-                failure = err
-                continue
-            raise err
-        # No replica took the request: the service is down (MindIE, TGI, Triton, Databricks: 503).
-        raise failure or UpstreamConnectError(f"backend {b.name!r} has no replicas", kind=Kind.UNAVAILABLE)
+                raise failure
+            # No replica took the request: the service is down (MindIE, TGI, Triton, Databricks: 503).
+            raise failure or UpstreamConnectError(f"backend {b.name!r} has no replicas", kind=Kind.UNAVAILABLE)
+        finally:
+            # The error raised from here has this frame in its traceback: held here as well, the
+            # two would keep each other (and the request's body) until the collector came by.
+            failure = None
+
+    def _head_fault(self, e: Fault, i: int, stream: bool) -> UpstreamError:
+        """The error a fault before the answer's head is, logged once with its cause, and what it
+        says of the replica; Overloaded, raised, when the gateway's own connections ran out."""
+        b = self.backend
+        conf = b.conf
+        if isinstance(e, PoolBusy):
+            # The gateway's own limit: no replica is to blame, and another would wait as long.
+            log.warning("backend %s %s (max_connections); the request is turned away", b.name, e)
+            raise Overloaded(f"The gateway has no connection to backend {b.name!r} free; retry later") from None
+        if isinstance(e, (ConnectFailed, ConnectTimeout)):
+            # A refused connection is no fluke: that replica is left out at once.
+            log.warning("backend %s: cannot connect to replica %d (%s): %s", b.name, i, shown_url(b.urls[i]), e)
+            b.health.failed(i, at_once=isinstance(e, ConnectFailed))
+            return UpstreamConnectError(
+                f"backend {b.name!r} is unreachable ({type(e).__name__})", kind=Kind.UNAVAILABLE
+            )
+        if isinstance(e, Unsendable):
+            err: UpstreamError = UpstreamError(f"backend {b.name!r} cannot be sent this request: {e}")
+        else:
+            b.health.failed(i)
+            head_s = conf.first_byte_timeout_s or conf.timeout_s
+            within = head_s if stream else min(head_s, conf.timeout_s)
+            err = fault_error(b, e, f"did not answer within {within:g}s")
+        return logged(b, i, err, e)
 
     async def _status_error(self, resp: Upstream, call: UpstreamCall, configured: bool) -> UpstreamError:
         """The error a non-2xx answer is; its body is read (up to a limit) and the response released."""
@@ -223,31 +239,18 @@ class ProxyEngine:
         b = self.backend
         conf = b.conf
         for i in b.replicas():
-            url = b.urls[i]
             try:
-                resp = await b.client().request(
-                    self._target(url, path),
-                    "GET",
-                    b.headers,
-                    None,
-                    connect_timeout=conf.connect_timeout_s,
-                    timeout=conf.timeout_s,
+                got = await b.get(
+                    b.urls[i], path, limit=MAX_INFO_BODY, within=conf.timeout_s, connect_s=conf.connect_timeout_s
                 )
-            except (ConnectFailed, ConnectTimeout) as e:
-                log.warning("backend %s: cannot connect to %s: %s", b.name, shown_url(url), e)
-                continue
             except Fault as e:
-                raise UpstreamError(f"backend {b.name!r} failed: {type(e).__name__}") from None
-            try:
-                body = await resp.read(MAX_INFO_BODY)
-            except Fault as e:
-                raise UpstreamError(f"backend {b.name!r} failed: {type(e).__name__}") from None
-            finally:
-                resp.release()
-            if body is None:
+                if isinstance(e, (ConnectFailed, ConnectTimeout)):
+                    self._head_fault(e, i, False)
+                    continue
+                raise self._head_fault(e, i, False) from None
+            if got.body is None:
                 raise UpstreamError(f"backend {b.name!r} answered {path} with more than {MAX_INFO_BODY} bytes")
-            kind = resp.headers.get("Content-Type", "application/json")
-            return Reply(resp.status, REDACT(body.decode("utf-8", "replace")).encode(), kind)
+            return Reply(got.status, REDACT(got.body.decode("utf-8", "replace")).encode(), got.content_type)
         raise UpstreamConnectError(f"backend {b.name!r} is unreachable", kind=Kind.UNAVAILABLE)
 
     # ---- whole answers -----------------------------------------------------------------------
@@ -271,30 +274,30 @@ class ProxyEngine:
         times = plan.times
         span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, plan.request_id, _configured(plan, part), trace)
+            resp, replica = await self._send(call, plan.request_id, _configured(plan, part), trace)
             try:
-                body = await resp.read(self._max_answer)
-            except TimeoutError:
-                raise UpstreamTimeout(
-                    f"backend {self.backend.name!r} did not answer within {self.backend.conf.timeout_s:g}s"
-                ) from None
-            except Fault:
-                raise UpstreamError(
-                    f"backend {self.backend.name!r} closed the connection mid-response",
-                    upstream_class=UpstreamClass.PROTOCOL,
+                body = await resp.read(self._max_answer, self._answers)
+            except Fault as e:
+                timed_out = f"did not finish its answer within {self.backend.conf.timeout_s:g}s"
+                raise logged(self.backend, replica, fault_error(self.backend, e, timed_out), e) from None
+            except OverBudget:
+                raise logged(
+                    self.backend, replica, over_budget(self.backend, self._answers, UpstreamClass.PROTOCOL)
                 ) from None
             finally:
                 resp.release()
         finally:
             times.ended(span, time.perf_counter())
         if body is None:
-            raise too_large(self.backend, self._max_answer, "an answer", UpstreamClass.PROTOCOL)
+            raise logged(
+                self.backend, replica, too_large(self.backend, self._max_answer, "an answer", UpstreamClass.PROTOCOL)
+            )
         try:
             result = self.codec.parse_result(call, body, resp.headers)
         except GatewayError:
             raise
-        except READ_FAULTS:
-            raise malformed(self.backend, "response") from None
+        except READ_FAULTS as e:
+            raise logged(self.backend, replica, malformed(self.backend, "response"), e) from None
         if call.passthrough and result.passthrough is None:
             result = _with_body(result, body)
         if plan.stops and isinstance(result, Result):
@@ -330,12 +333,12 @@ class ProxyEngine:
         times = plan.times
         span = times.started(time.perf_counter())
         try:
-            resp = await self._send(call, plan.request_id, _configured(plan, part), trace)
+            resp, replica = await self._send(call, plan.request_id, _configured(plan, part), trace)
         except BaseException:
             times.ended(span, time.perf_counter())
             raise
         stream: EventStream = AnswerStream(
-            self.backend, resp, self.codec.stream_parser(call), times, span, self._max_answer
+            self.backend, replica, resp, self.codec.stream_parser(call), times, span, self._max_answer, self._answers
         )
         if plan.stops:
             # Ending early closes the proxy stream, which cuts the connection and so the generation.
@@ -367,11 +370,6 @@ class ProxyEngine:
         if call.body is not None:
             headers.setdefault("Content-Type", "application/json")
         return headers
-
-
-async def _within(seconds: float, aw: Awaitable[T]) -> T:
-    async with asyncio.timeout(seconds):
-        return await aw
 
 
 def _configured(plan: Plan, part: Request) -> bool:

@@ -27,14 +27,29 @@ def complete_parts(plan: Plan, complete: Callable[[Plan, Request], Coroutine[Any
     return _gather(plan, complete)
 
 
+# A failed part's error goes up through frames that hold it (the part's task, the list of them):
+# each such frame lets go of it on the way out, or the error's traceback, which holds the frame,
+# and the frame would keep each other, with the request, until the collector came by.
+
+
 async def _gather(plan: Plan, complete: Callable[[Plan, Request], Coroutine[Any, Any, Answer]]) -> Answer:
+    tasks: list[asyncio.Task[Answer]] = []
+    failure: BaseException | None = None
     try:
-        async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(complete(plan, part)) for part in plan.parts]
-    except BaseExceptionGroup as group:
-        # One failed part fails the request; the client gets that part's error, not a group.
-        raise first_error(group) from None
-    return merge_results([t.result() for t in tasks], plan.per_part)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(complete(plan, part)) for part in plan.parts]
+        except BaseExceptionGroup as group:
+            # One failed part fails the request; the client gets that part's error, not a group.
+            # (Python 3.11's TaskGroup keeps the group in a cycle with its own frame: the
+            # traceback that closes it goes.)
+            group.__traceback__ = None
+            failure = first_error(group)
+        if failure is not None:
+            raise failure  # outside the handler: not chained to the group that holds it
+        return merge_results([t.result() for t in tasks], plan.per_part)
+    finally:
+        tasks, failure = [], None
 
 
 async def open_parts(plan: Plan, open_: Callable[[Plan, Request], Coroutine[Any, Any, EventStream]]) -> EventStream:
@@ -42,13 +57,15 @@ async def open_parts(plan: Plan, open_: Callable[[Plan, Request], Coroutine[Any,
     if plan.width == 1:
         return await open_(plan, plan.parts[0])
     opened = await asyncio.gather(*(open_(plan, p) for p in plan.parts), return_exceptions=True)
-    streams = [s for s in opened if not isinstance(s, BaseException)]
-    failed = [e for e in opened if isinstance(e, BaseException)]
-    if failed:
-        for s in streams:
-            await s.aclose()
-        raise failed[0]
-    return MergedStream(streams, plan.per_part)
+    try:
+        streams = [s for s in opened if not isinstance(s, BaseException)]
+        if len(streams) < len(opened):
+            for s in streams:
+                await s.aclose()
+            raise next(e for e in opened if isinstance(e, BaseException))
+        return MergedStream(streams, plan.per_part)
+    finally:
+        opened = []
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -107,7 +124,10 @@ class MergedStream:
                 self._open -= 1
                 continue
             if isinstance(item, BaseException):
-                raise item
+                try:
+                    raise item
+                finally:
+                    del item
             out: list[Event] = []
             base = k * self._per_part
             for ev in item:
@@ -129,5 +149,7 @@ class MergedStream:
         for t in self._tasks:
             with contextlib.suppress(BaseException):
                 await t
+        while not self._queue.empty():
+            self._queue.get_nowait()  # other parts' errors, whose tracebacks hold this stream
         for s in self._streams:
             await s.aclose()

@@ -95,19 +95,14 @@ class Scraper:
         b = self.backend
         url = f"{path} at {shown_url(base)}" if path else shown_url(base)
         try:
-            async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-                resp = await b.client().request(
-                    b.target(base, path), "GET", b.headers, None, connect_timeout=None, timeout=None
-                )
-                try:
-                    if resp.status != 200:
-                        return None, f"{url} answered {resp.status}"
-                    body = await resp.prefix(MAX_PAGE_BYTES)  # the whole page, not its first segment
-                finally:
-                    resp.release()
-        except (TimeoutError, Fault) as e:
+            got = await b.get(base, path, limit=MAX_PAGE_BYTES, within=SCRAPE_TIMEOUT_S)
+        except Fault as e:
             return None, f"{url} did not answer ({type(e).__name__})"
-        reading = read_page(self.kind, body.decode("utf-8", "replace"))
+        if got.status != 200:
+            return None, f"{url} answered {got.status}"
+        if got.body is None:
+            return None, f"{url} has a page longer than {MAX_PAGE_BYTES} bytes"
+        reading = read_page(self.kind, got.body.decode("utf-8", "replace"))
         if reading is None:
             return None, f"{url} gives no KV-cache figure that {self.kind.name} servers give"
         return reading, "read"

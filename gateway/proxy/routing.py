@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,7 +17,16 @@ from gateway.neutral.errors import NotFound
 from gateway.proxy.admission import Gate
 from gateway.proxy.plan import Engine
 from gateway.proxy.replicas import Replicas
-from gateway.upstream import DEFAULT_HEADERS, DIRECT, Egress, Pool, Target
+from gateway.upstream import DEFAULT_HEADERS, DIRECT, Egress, Pool, ReadTimeout, Target
+
+
+@dataclass(frozen=True, slots=True)
+class Got:
+    """A backend's answer to a GET of its own (`Backend.get`)."""
+
+    status: int
+    content_type: str
+    body: bytes | None  # None: longer than the reader's limit
 
 
 @dataclass(eq=False)
@@ -54,6 +64,26 @@ class Backend:
     def client(self) -> Pool:
         assert self.pool is not None, "backend connections used before app startup"
         return self.pool
+
+    async def get(self, base: str, path: str, *, limit: int, within: float, connect_s: float | None = None) -> Got:
+        """GET `path` under one of its URLs (a replica, its metrics page): the one way the gateway
+        asks a backend anything of its own. The whole exchange, connection included, within
+        `within` seconds (the connection within `connect_s`); the body read to its end, None
+        when longer than `limit`. A Fault when no whole answer came (ReadTimeout in time)."""
+        try:
+            async with asyncio.timeout(within):
+                resp = await self.client().request(
+                    self.target(base, path), "GET", self.headers, None, connect_timeout=connect_s, timeout=None
+                )
+                try:
+                    body = await resp.read(limit)
+                finally:
+                    resp.release()
+        except ReadTimeout:
+            raise
+        except TimeoutError:
+            raise ReadTimeout(f"no whole answer within {within:g}s") from None
+        return Got(resp.status, resp.headers.get("Content-Type", "application/json"), body)
 
     def open_pool(self) -> Pool:
         """This backend's connections: at most `max_connections` in use at once. The client

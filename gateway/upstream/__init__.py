@@ -14,10 +14,21 @@ CPU of a relayed request. Parsing answers, the part HTTP gets wrong when done by
 httptools' (llhttp, as Node.js has it).
 """
 
+from gateway.upstream.answer import YIELD_EVERY, Answer
+from gateway.upstream.budget import AnswerBudget, OverBudget
 from gateway.upstream.egress import DIRECT, Egress, check_proxy
-from gateway.upstream.faults import BadAnswer, Broken, ConnectFailed, ConnectTimeout, Fault, ReadTimeout, Unsendable
+from gateway.upstream.faults import (
+    BadAnswer,
+    Broken,
+    ConnectFailed,
+    ConnectTimeout,
+    Fault,
+    PoolBusy,
+    ReadTimeout,
+    Unsendable,
+)
 from gateway.upstream.head import Headers
-from gateway.upstream.pool import DEFAULT_HEADERS, YIELD_EVERY, Answer, Pool
+from gateway.upstream.pool import DEFAULT_HEADERS, Pool
 from gateway.upstream.target import Target, check_url, shown_url
 
 __all__ = [
@@ -25,6 +36,7 @@ __all__ = [
     "DIRECT",
     "YIELD_EVERY",
     "Answer",
+    "AnswerBudget",
     "BadAnswer",
     "Broken",
     "ConnectFailed",
@@ -32,7 +44,9 @@ __all__ = [
     "Egress",
     "Fault",
     "Headers",
+    "OverBudget",
     "Pool",
+    "PoolBusy",
     "ReadTimeout",
     "Target",
     "Unsendable",

@@ -51,7 +51,7 @@ class Connection(asyncio.Protocol):
         self.lost = False
         self.idle_until = 0.0  # once back in the pool: the loop's time after which it is not used
         self.reused = False  # it served an answer before this one
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser  # from connection_made to connection_lost
         self._loop = pool.loop
         self._waiter: asyncio.Future[None] | None = None
         self._reset()
@@ -73,26 +73,41 @@ class Connection(asyncio.Protocol):
         self._buf: list[bytes] = []
         self._buffered = 0
         self._paused = False
-        # The answer's deadline (the loop's clock; 0: none), or with `gap` the longest wait for
-        # its next piece, counted from `last`. The pool's watch enforces them (`overdue`).
+        # The deadline the pool's watch enforces now (the loop's clock; 0: none: `overdue`). Until
+        # the head has come it is the head's; then a whole answer's `end`, or with `gap`, the
+        # longest wait for a stream's next piece, counted from `last`.
         self.due = 0.0
+        self.end = 0.0
         self.gap = 0.0
         self.last = 0.0
 
     # ---- the pool's side --------------------------------------------------------------------
 
-    def send(self, data: bytes, timeout: float | None, gap: bool) -> None:
+    def send(self, data: bytes, timeout: float | None, gap: bool, head: float | None) -> None:
         """Write a request; its answer must come within `timeout` seconds, or, with `gap`, no
-        wait for the next piece of it may last longer than that."""
+        wait for the next piece of it may last longer than that. Its whole head must come
+        within `head` seconds, and within `timeout` too when that bounds the whole answer."""
         assert self.transport is not None
         if self.done:
             self.reused = True
             self._reset()
         if timeout is not None:
             now = self._loop.time()
+            due = end = now + timeout
             if gap:
                 self.gap, self.last = timeout, now
-            self.due = now + timeout
+            else:
+                self.end = end
+            if head is not None:
+                # The head's own bound: within the whole answer's, or past a stream's first gap
+                # (then the watch looks at the gap's end too, in case the head comes before it).
+                first = now + head
+                if first < end or gap:
+                    due = first
+            self.due = due
+            self.pool.watch(end if end < due else due)
+        elif head is not None:
+            self.due = self._loop.time() + head
             self.pool.watch(self.due)
         self.transport.write(data)
 
@@ -112,14 +127,14 @@ class Connection(asyncio.Protocol):
         """Wait for the answer's head (interim 1xx answers are passed over)."""
         while not self.head_done:
             if self.fault is not None:
-                raise self.fault
+                raise self.fault.again()
             waiter = self._waiter = self._loop.create_future()
             try:
                 await waiter  # the common wait, without a coroutine of its own to go through
             finally:
                 self._waiter = None
         if self.fault is not None:
-            raise self.fault
+            raise self.fault.again()
 
     async def take(self) -> bytes:
         """The body bytes that have come (decoded), waited for when none have; b"" at its end."""
@@ -163,14 +178,14 @@ class Connection(asyncio.Protocol):
 
     async def _wait(self) -> None:
         if self.fault is not None:
-            raise self.fault
+            raise self.fault.again()
         waiter = self._waiter = self._loop.create_future()
         try:
             await waiter
         finally:
             self._waiter = None
         if self.fault is not None:
-            raise self.fault
+            raise self.fault.again()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -179,6 +194,10 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, fault: Fault) -> None:
         if self.fault is None and not self.done:
+            # Kept without the traceback a callback's fault came with (or what it was raised
+            # from): its frames hold this connection, which would then hold them, a cycle only
+            # the collector ends. Each wait raises a copy of it (`Fault.again`).
+            fault.__traceback__ = fault.__context__ = fault.__cause__ = None
             self.fault = fault
             self.due = 0.0
             if self.transport is not None:
@@ -189,15 +208,19 @@ class Connection(asyncio.Protocol):
         """Fail the answer with ReadTimeout if its time is up; else when it will be (0: never)."""
         if self.due == 0.0 or self.done:
             return 0.0
-        if self.gap:
+        if self.gap and self.head_done:
             # Counted from the last piece: a stream only fails when one gap is too long. While
             # pieces wait for a reader that is slow to take them, the wait is not the backend's.
             if self._buf or self._paused:
                 self.last = now
             self.due = self.last + self.gap
         if self.due > now:
+            if self.gap and not self.head_done and now + self.gap < self.due:
+                return now + self.gap  # a head that comes now starts the gap clock: look then
             return self.due
-        self._fail(ReadTimeout("no answer came in time" if not self.head_done else "the answer stopped coming"))
+        self._fail(
+            ReadTimeout("sent no answer in time" if not self.head_done else "stopped in the middle of its answer")
+        )
         return 0.0
 
     def _resume(self) -> None:
@@ -209,6 +232,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is one, though not by class
+        self._parser = httptools.HttpResponseParser(self)
 
     def data_received(self, data: bytes) -> None:
         if self.done or self.fault is not None:
@@ -219,13 +243,13 @@ class Connection(asyncio.Protocol):
         if not self.head_done:
             # httptools gathers a header line until it ends: what came before this read bounds it.
             if self._head_size > MAX_HEAD:
-                self._fail(BadAnswer(f"the answer's head is larger than {MAX_HEAD} bytes"))
+                self._fail(BadAnswer(f"sent a head larger than {MAX_HEAD} bytes"))
                 return
             self._head_size += len(data)
             self._head_reads.append(data)
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as e:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as e:
             if self.done:
                 self._spoil()  # bytes after the answer: the connection serves no other request
                 return
@@ -233,10 +257,13 @@ class Connection(asyncio.Protocol):
             cause = e.__context__ if isinstance(e, httptools.HttpParserCallbackError) else None
             if isinstance(cause, Fault):
                 self._fail(cause)
+            elif self._parser.get_status_code() == 101:
+                # llhttp stops at a protocol switch (with or without an Upgrade header).
+                self._fail(BadAnswer("switched protocols (101) though the gateway asked for no upgrade"))
             elif self.head_done:
-                self._fail(Broken(f"the answer's body is not framed as HTTP/1.1 says: {e}"))
+                self._fail(BadAnswer("sent a body whose framing is not HTTP/1.1", detail=str(e)))
             else:
-                self._fail(BadAnswer(f"the answer's head is not HTTP/1.1: {e}"))
+                self._fail(BadAnswer("sent an answer that is not HTTP/1.1", detail=str(e)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -245,11 +272,15 @@ class Connection(asyncio.Protocol):
             if self.head_done and self._until_eof:
                 self.done = True  # a body without a length ends with the connection
                 self._wake()
-            elif self.status or self._head_size:
-                self._fail(Broken("the backend closed the connection in the middle of its answer"))
             else:
-                self._fail(Broken("the backend closed the connection without answering"))
+                what = "in the middle of its answer" if self.status or self._head_size else "without answering"
+                self._fail(
+                    Broken(f"closed the connection {what}", detail=f"{type(exc).__name__}: {exc}" if exc else "")
+                )
         self.pool.lost(self)
+        # The parser holds this connection (its callbacks): let go of it, so that a closed
+        # connection is freed when the last reference goes rather than by the collector.
+        del self._parser
 
     def _spoil(self) -> None:
         """Bytes came that no request asked for (after an answer, or while idle): a backend out
@@ -263,7 +294,7 @@ class Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         if self.done:
-            raise Broken("the backend sent more than one answer to one request")
+            raise BadAnswer("sent more than one answer to one request")
 
     # No on_header: httptools would call into Python for every header line. The head is read
     # from the bytes it came in, once llhttp has found it well formed (on_headers_complete).
@@ -290,6 +321,8 @@ class Connection(asyncio.Protocol):
         at = low.find(b"\nkeep-alive:")
         if at >= 0:
             self.keep_s = keep_for(low[at + 12 : low.find(b"\n", at + 12)])
+        if not self.gap:
+            self.due = self.end  # the head's deadline is met: the whole answer's is left
         self.head_done = True
         self._wake()
 

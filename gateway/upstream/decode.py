@@ -7,7 +7,7 @@ decides when to stop.
 
 import zlib
 
-from gateway.upstream.faults import BadAnswer, Broken
+from gateway.upstream.faults import BadAnswer
 
 PIECE = 1024 * 1024
 CODINGS = ("gzip", "x-gzip", "deflate")
@@ -21,7 +21,9 @@ class Decoder:
 
     def __init__(self, coding: str) -> None:
         if coding not in CODINGS:
-            raise BadAnswer(f"the answer's Content-Encoding {coding[:40]!r} is not one the gateway decodes")
+            raise BadAnswer(
+                "answered in a content coding the gateway does not decode", detail=f"Content-Encoding: {coding[:40]!r}"
+            )
         self._coding = coding
         self._fed = False
         # deflate: which of its two forms (zlib-wrapped or raw) shows in its first byte.
@@ -43,21 +45,21 @@ class Decoder:
         try:
             return z.decompress(data, PIECE)
         except zlib.error:
-            raise Broken(f"the answer's body does not decode as {self._coding}") from None
+            raise BadAnswer(f"sent a body that does not decode as {self._coding}") from None
 
     def more(self) -> bytes:
         assert self._z is not None
         return self.feed(self._z.unconsumed_tail)
 
     def end(self) -> bytes:
-        """What the decompressor still holds; Broken when the encoded body stopped short."""
+        """What the decompressor still holds; BadAnswer when the encoded body stopped short."""
         z = self._z
         if z is None or not self._fed:
             return b""  # an empty body is empty in any coding
         try:
             out = z.flush()
         except zlib.error:
-            raise Broken(f"the answer's body does not decode as {self._coding}") from None
+            raise BadAnswer(f"sent a body that does not decode as {self._coding}") from None
         if not z.eof:
-            raise Broken(f"the answer's {self._coding} body ends before its end")
+            raise BadAnswer(f"sent a {self._coding} body that stops short of its end")
         return out

@@ -63,12 +63,12 @@ def final_head(data: bytes, interims: int) -> bytes:
 def check_head(head: bytes) -> bytes:
     """The head in lower case; BadAnswer when it is larger than the client takes."""
     if len(head) > MAX_HEAD:
-        raise BadAnswer(f"the answer's head is larger than {MAX_HEAD} bytes")
+        raise BadAnswer(f"sent a head larger than {MAX_HEAD} bytes")
     lines = head.split(b"\n")
     if len(lines) > MAX_HEADERS + 3:  # the status line, and the blank line's two ends
-        raise BadAnswer(f"the answer has more than {MAX_HEADERS} header lines")
+        raise BadAnswer(f"sent more than {MAX_HEADERS} header lines")
     if max(map(len, lines)) > MAX_HEADER_LINE + 3:  # ": " is part of the bound; the CR is not
-        raise BadAnswer(f"the answer has a header line longer than {MAX_HEADER_LINE} bytes")
+        raise BadAnswer(f"sent a header line longer than {MAX_HEADER_LINE} bytes")
     return head.lower()
 
 

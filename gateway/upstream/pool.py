@@ -12,91 +12,53 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import ssl
 from collections.abc import Callable, Mapping
 
+from gateway.upstream.answer import Answer
 from gateway.upstream.connection import Connection
-from gateway.upstream.faults import Broken, ConnectFailed, ConnectTimeout, Unsendable
-from gateway.upstream.head import Headers
+from gateway.upstream.faults import Broken, ConnectFailed, ConnectTimeout, PoolBusy, Unsendable
 from gateway.upstream.target import Target
 
 # Sent unless a backend's own headers say otherwise. Compression is not asked for: answers are
 # small next to the CPU it costs both sides (a backend that compresses anyway is decoded).
 DEFAULT_HEADERS = {"User-Agent": "llm-protocol-gateway", "Accept": "*/*", "Accept-Encoding": "identity"}
-# A body already all there (decoded from a small compressed one) is read without waiting on the
-# socket, so without a turn of the event loop: one is given every this many bytes.
-YIELD_EVERY = 1024 * 1024
 # A body up to this size goes in the same write as the head.
 _JOIN_BELOW = 64 * 1024
 
 
-class Answer:
-    """A backend's answer, its head read. The body is read whole (`read`) or as it comes
-    (`chunk`); then `release` gives the connection back, or `close` cuts it (and with it the
-    backend's work on the request)."""
+class Alarm:
+    """One timer for many times: armed for the earliest it is told of, it runs `ring`, which
+    does what is due and says when it next must (0: never), and arms itself for that."""
 
-    __slots__ = ("_conn", "_pool", "content_length", "headers", "status")
+    __slots__ = ("_handle", "_loop", "_ring", "due")
 
-    def __init__(self, pool: Pool, conn: Connection) -> None:
-        self._pool = pool
-        self._conn: Connection | None = conn
-        self.status = conn.status
-        self.content_length = conn.length
-        self.headers = Headers(conn.raw_head)
+    def __init__(self, loop: asyncio.AbstractEventLoop, ring: Callable[[], float]) -> None:
+        self._loop = loop
+        self._ring = ring
+        self._handle: asyncio.TimerHandle | None = None
+        self.due = math.inf  # when it rings next
 
-    async def chunk(self) -> bytes:
-        """The body bytes that have come since the last call (decoded), at least one unless the
-        body has ended: then b""."""
-        conn = self._conn
-        if conn is None:
-            return b""
-        return await conn.take()
+    def at(self, when: float) -> None:
+        if when < self.due:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._handle = self._loop.call_at(when, self._rang)
+            self.due = when
 
-    async def read(self, limit: int) -> bytes | None:
-        """The whole body, decoded; None when it is longer than `limit` bytes (nothing more is
-        read, and `release` will close the connection). The event loop gets a turn every
-        YIELD_EVERY bytes."""
-        conn = self._conn
-        if conn is None:
-            return b""
-        length = self.content_length
-        if conn.decoder is None and length is not None and length > limit:
-            return None
-        parts: list[bytes] = []
-        size = 0
-        turn = YIELD_EVERY
-        while piece := await conn.take():
-            size += len(piece)
-            if size > limit:
-                return None
-            parts.append(piece)
-            if size >= turn:
-                turn += YIELD_EVERY
-                await asyncio.sleep(0)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+    def _rang(self) -> None:
+        self._handle = None
+        self.due = math.inf
+        then = self._ring()
+        if then:
+            self.at(then)
 
-    async def prefix(self, n: int) -> bytes:
-        """The body's first `n` bytes (all of it, when shorter), waited for as they come."""
-        conn = self._conn
-        parts: list[bytes] = []
-        size = 0
-        while conn is not None and size < n and (piece := await conn.take()):
-            parts.append(piece)
-            size += len(piece)
-        return b"".join(parts)[:n]
-
-    def release(self) -> None:
-        """Done with the answer: the connection goes back to the pool if it can serve another
-        request, else it closes."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._pool.done(conn, conn.reusable())
-
-    def close(self) -> None:
-        """Done with the answer, read or not: the connection closes."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._pool.done(conn, False)
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.due = math.inf
 
 
 class Pool:
@@ -111,11 +73,13 @@ class Pool:
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._using: set[Connection] = set()
         self.closed = False
-        # One timer for every answer's deadline, armed for the earliest it knows of: when it
-        # fires it fails the overdue answers and arms itself for the next. An answer's deadline
-        # costs its request no timer of its own to set and cancel.
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        # One alarm for every answer's deadline: it fails the overdue answers. An answer's
+        # deadline costs its request no timer of its own to set and cancel.
+        self._deadlines = Alarm(self.loop, self._check)
+        self.watch = self._deadlines.at  # an answer must be done by then (the loop's clock)
+        # One for the idle connections: it closes every one whose time is up, so that a burst's
+        # connections do not stay open until the next request.
+        self._idle_times = Alarm(self.loop, self._let_go)
 
     async def request(
         self,
@@ -126,19 +90,23 @@ class Pool:
         *,
         connect_timeout: float | None,
         timeout: float | None,
+        head_timeout: float | None = None,
         gap: bool = False,
         meanwhile: Callable[[], object] | None = None,
     ) -> Answer:
         """Send one request and wait for its answer's head. `timeout`: the answer (head and
         body) must be all there within it, or with `gap`, no wait for the next piece of it may
-        be longer. `meanwhile` runs once the request is written, before the wait. A Fault for
-        any failure; a cancelled request closes its connection."""
+        be longer. `head_timeout` (unset: `timeout`) bounds the wait for a connection to come
+        free and, once the request is written, for the whole head. `meanwhile` runs once the
+        request is written, before the wait. A Fault for any failure; a cancelled request
+        closes its connection."""
         if self.closed:
             raise ConnectFailed("the backend's connections are closed")
         data = _request_bytes(method, target, headers, body)
-        conn = await self._acquire(target, connect_timeout, timeout)
+        head = timeout if head_timeout is None else head_timeout
+        conn = await self._acquire(target, connect_timeout, head)
         try:
-            conn.send(data, timeout, gap)
+            conn.send(data, timeout, gap, head)
             if meanwhile is not None:
                 meanwhile()
             try:
@@ -149,8 +117,8 @@ class Pool:
                 # A kept-alive connection the backend had closed as the request went out: a GET
                 # may go again on a fresh one (a POST may have started a generation).
                 self.done(conn, False)
-                conn = await self._acquire(target, connect_timeout, timeout, fresh=True)
-                conn.send(data, timeout, gap)
+                conn = await self._acquire(target, connect_timeout, head, fresh=True)
+                conn.send(data, timeout, gap, head)
                 await conn.head()
         except BaseException:
             self.done(conn, False)
@@ -158,10 +126,10 @@ class Pool:
         return Answer(self, conn)
 
     async def _acquire(
-        self, target: Target, connect_timeout: float | None, timeout: float | None, fresh: bool = False
+        self, target: Target, connect_timeout: float | None, wait: float | None, fresh: bool = False
     ) -> Connection:
         if self._busy >= self._limit:
-            await self._wait_turn(timeout)
+            await self._wait_turn(wait)
         self._busy += 1
         try:
             if not fresh:
@@ -193,7 +161,7 @@ class Pool:
                             self._next_turn()  # woken, then cancelled: the turn goes to the next
                         raise
         except TimeoutError:
-            raise ConnectTimeout("no connection to the backend came free in time") from None
+            raise PoolBusy(f"had all its {self._limit} connections in use for {timeout:g}s") from None
 
     def _next_turn(self) -> None:
         while self._waiters:
@@ -236,36 +204,36 @@ class Pool:
         self._using.discard(conn)
         self._busy -= 1
         if keep and conn.keep_s > 0 and not self.closed:
-            now = self.loop.time()
-            conn.idle_until = now + conn.keep_s
-            idle = self._idle.setdefault(conn.key, [])
-            idle.append(conn)
-            # The longest unused is first: past its time it goes, so a burst's extra connections
-            # do not stay open for good.
-            if len(idle) > 1 and idle[0].idle_until <= now:
-                idle.pop(0).close()
+            until = conn.idle_until = self.loop.time() + conn.keep_s
+            self._idle.setdefault(conn.key, []).append(conn)
+            if until < self._idle_times.due:
+                self._idle_times.at(until)
         else:
             conn.close()
         self._next_turn()
 
-    def watch(self, due: float) -> None:
-        """An answer must be done by `due` (the loop's clock)."""
-        if self._timer is None or due < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self.loop.call_at(due, self._check)
-            self._timer_at = due
+    def _let_go(self) -> float:
+        """Close the idle connections whose time is up; the next one's time."""
+        now = self.loop.time()
+        soonest = 0.0
+        for idle in self._idle.values():
+            for conn in [c for c in idle if c.idle_until <= now]:
+                idle.remove(conn)
+                conn.close()
+            for conn in idle:
+                if not soonest or conn.idle_until < soonest:
+                    soonest = conn.idle_until
+        return soonest
 
-    def _check(self) -> None:
-        self._timer = None
+    def _check(self) -> float:
+        """Fail the overdue answers; the next deadline."""
         now = self.loop.time()
         soonest = 0.0
         for conn in list(self._using):
             due = conn.overdue(now)
             if due and (not soonest or due < soonest):
                 soonest = due
-        if soonest:
-            self.watch(soonest)
+        return soonest
 
     def lost(self, conn: Connection) -> None:
         """The connection closed (either side): out of the idle pool, if it was there."""
@@ -278,9 +246,8 @@ class Pool:
     async def close(self) -> None:
         """Close every connection; requests after this fail at once."""
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadlines.cancel()
+        self._idle_times.cancel()
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()

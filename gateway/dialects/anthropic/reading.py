@@ -6,7 +6,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import PARSE_ERRORS, renamed
-from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Result, Usage
 from gateway.sse import SSEDecoder, SSEEvent, encode_data
@@ -33,14 +33,14 @@ def error_text(obj: Any) -> str:
             return str(err["message"])
         if isinstance(err, str):
             return err
-    return str(obj)[:500]
+    return clip(str(obj))
 
 
 def error_message(body: bytes) -> str:
     try:
         return error_text(jsonutil.loads(body))
     except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return body_text(body)
 
 
 def usage_from(obj: Any, prompt: int | None = None) -> Usage | None:
@@ -116,7 +116,7 @@ class MessagesStreamParser:
                 self._event(ev, out)
             if self._decoder.stray:
                 raise UpstreamError(
-                    "backend broke off the stream: " + b" ".join(self._decoder.stray).decode("utf-8", "replace")[:500],
+                    "backend broke off the stream: " + clip(b" ".join(self._decoder.stray).decode("utf-8", "replace")),
                     upstream_class=UpstreamClass.MIDSTREAM,
                 )
         except PARSE_ERRORS as e:

@@ -11,6 +11,7 @@ from gateway import jsonutil
 from gateway.codec.contract import RenderContext
 from gateway.codec.errors import ErrorTable, stated
 from gateway.dialects.openai import render as openai
+from gateway.dialects.openai import stream as openai_stream
 from gateway.neutral.errors import GatewayError, Kind, Unavailable, UpstreamClass, UpstreamError
 from gateway.neutral.types import Answer, EmbeddingResult, Request
 
@@ -87,4 +88,4 @@ def render_result(result: Answer, req: Request, ctx: RenderContext) -> bytes:
     return _ANSWER(result, req, ctx)
 
 
-stream_renderer = openai.stream_renderer(FLAVOUR)
+stream_renderer = openai_stream.stream_renderer(FLAVOUR)

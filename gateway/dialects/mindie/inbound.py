@@ -26,6 +26,7 @@ from gateway.dialects.mindie.schema import (
 )
 from gateway.dialects.openai import inbound as openai
 from gateway.dialects.openai import render as openai_render
+from gateway.dialects.openai import stream as openai_stream
 from gateway.dialects.tgi import inbound as tgi
 from gateway.dialects.tgi import render as tgi_render
 from gateway.neutral import params as neutral
@@ -179,7 +180,7 @@ def _parse_compat(body: bytes, path: PathValues | None = None) -> Request:
 
 
 _OPENAI_ANSWER = openai_render.result_renderer(render.OPENAI_ROUTES)
-_OPENAI_STREAM = openai_render.stream_renderer(render.OPENAI_ROUTES)
+_OPENAI_STREAM = openai_stream.stream_renderer(render.OPENAI_ROUTES)
 INFER = Endpoint(parse_infer, render.render_infer, render.NativeStreamRenderer)
 GENERATE = Endpoint(parse_generate, render_generate, generate_stream_renderer)
 GENERATE_STREAM = Endpoint(_parse_stream, _TGI_OBJECT, tgi_render.stream_renderer(render.TGI_STYLE))

@@ -26,6 +26,7 @@ from gateway.codec.finish import FinishWords
 from gateway.dialects.mindie import params as names
 from gateway.dialects.mindie.reading import FullTextParser
 from gateway.dialects.mindie.schema import TOKEN_ID_ABOVE, TOKEN_ID_MAX
+from gateway.dialects.openai import params as openai_params
 from gateway.dialects.openai import reading as openai_reading
 from gateway.dialects.openai.outbound import message_dict, sampling_fields
 from gateway.dialects.tgi import reading
@@ -71,7 +72,7 @@ _MEDIA = ("image_url", "video_url", "audio_url")
 # MindIE versions put either family's finish words on any route, and two of their own for a
 # reason they could not tell (docs/dialects/mindie.md, Finish reasons).
 FINISH_WORDS = (
-    openai_reading.FINISH_WORDS
+    openai_params.FINISH_WORDS
     | reading.FINISH_WORDS
     | FinishWords(
         {

@@ -14,7 +14,7 @@ from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
 from gateway.dialects import responses
 from gateway.dialects.openai import params as names
-from gateway.dialects.openai import render
+from gateway.dialects.openai import render, stream
 from gateway.dialects.openai.outbound import WIRES
 from gateway.dialects.openai.schema import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, plain_chat
 from gateway.neutral import params as neutral
@@ -133,7 +133,7 @@ def parse_embedding(body: bytes, path: PathValues | None = None) -> Request:
 
 
 RENDER = render.result_renderer(render.OPENAI)
-STREAM = render.stream_renderer(render.OPENAI)
+STREAM = stream.stream_renderer(render.OPENAI)
 CHAT = Endpoint(parse_chat, RENDER, STREAM)
 COMPLETION = Endpoint(parse_completion, RENDER, STREAM)
 EMBEDDING = Endpoint(parse_embedding, RENDER, None)

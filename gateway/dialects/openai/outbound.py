@@ -103,6 +103,12 @@ def request_body(req: Request, model: str | None, vllm: bool) -> dict[str, Any]:
     return body
 
 
+# The names a client of each wire API sends (what a forwarded body is trimmed by).
+_CLIENT_NAMES = {
+    WIRES[Task.CHAT]: names.CHAT_IN,
+    WIRES[Task.COMPLETION]: names.COMPLETION_IN,
+    WIRES[Task.EMBEDDING]: names.EMBEDDING_IN,
+}
 # vLLM-style servers send a choice's finish in the chunk with its last token; the public API
 # sends it in a chunk of its own.
 _CARRIAGE = {
@@ -132,6 +138,13 @@ class OpenAIOutbound:
     shared_credentials = False
     batch_prompts = True
     forwards_same_wire = True
+
+    def trims(self, req: Request) -> bool:
+        return req.wire in _CLIENT_NAMES
+
+    def trimmed(self, req: Request, names: Sequence[str]) -> dict[str, Any]:
+        fields = _CLIENT_NAMES[req.wire].fields(names)
+        return {k: v for k, v in (req.raw or {}).items() if k not in fields}
 
     def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
         if req.wire == responses.CARRIAGE.wire and backend.options.responses_api:

@@ -4,25 +4,13 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.finish import FinishWords
-from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
+from gateway.codec.parsing import PARSE_ERRORS, EventParser, kept, renamed
 from gateway.codec.textchunks import TextChunks
+from gateway.dialects.openai.params import FINISH_WORDS as WORDS
 from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Answer, Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
 from gateway.sse import DONE
-
-# The finish words OpenAI-style servers send (vLLM adds "abort" and "error").
-FINISH_WORDS = FinishWords(
-    {
-        "stop": Finish.EOS,
-        "length": Finish.LENGTH,
-        "tool_calls": Finish.TOOL_CALLS,
-        "function_call": Finish.TOOL_CALLS,
-        "content_filter": Finish.CONTENT_FILTER,
-        "abort": Finish.ABORT,
-        "error": Finish.ERROR,
-    }
-)
 
 
 def finish_of(words: FinishWords, finish_reason: object, stop_reason: object = None) -> Finish | None:
@@ -200,7 +188,7 @@ def passthrough_body(req: Request, body: bytes, rename: bytes | None) -> Result:
         []
         if req.task is Task.EMBEDDING
         else [
-            Choice(c.get("index", 0), finish=finish_of(FINISH_WORDS, c.get("finish_reason"), c.get("stop_reason")))
+            Choice(c.get("index", 0), finish=finish_of(WORDS, c.get("finish_reason"), c.get("stop_reason")))
             for c in items
         ]
     )
@@ -208,7 +196,7 @@ def passthrough_body(req: Request, body: bytes, rename: bytes | None) -> Result:
     return Result(choices, usage_from(obj.get("usage")), obj.get("model"), out)
 
 
-def parse_body(req: Request, body: bytes, words: FinishWords = FINISH_WORDS) -> Answer:
+def parse_body(req: Request, body: bytes, words: FinishWords = WORDS) -> Answer:
     """A whole answer; `words`: the finish vocabulary of the server (one that copies OpenAI's
     shapes may use words of its own)."""
     obj = jsonutil.loads(body)
@@ -255,7 +243,11 @@ class OpenAIStreamParser(EventParser):
     __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename", "_words")
 
     def __init__(
-        self, chat: bool, passthrough: bool = False, rename: bytes | None = None, words: FinishWords = FINISH_WORDS
+        self,
+        chat: bool,
+        passthrough: bool = False,
+        rename: bytes | None = None,
+        words: FinishWords = WORDS,
     ) -> None:
         # Translating, text chunks are read from the first one's template (a pass-through
         # forwards them undecoded instead).
@@ -280,6 +272,7 @@ class OpenAIStreamParser(EventParser):
         # The rest is read event by event.
         head = data[:end]
         self._decoder.skipped()
+        self._began = True
         out: list[Event] = [Frame(head if self._rename is None else renamed(head, "model", self._rename, 0))]
         if events > 1 or self._empty not in head:
             out.append(A_TOKEN)
@@ -287,7 +280,7 @@ class OpenAIStreamParser(EventParser):
             try:
                 out += super().feed(data[end:])
             except PARSE_ERRORS as e:
-                self._fault = e  # raised at the next read, after what came before it went out
+                self._fault = kept(e)  # raised at the next read, after what came before it went out
         return out
 
     def on_end(self, out: list[Event]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.parsing import EventParser, renamed
 from gateway.dialects.responses.params import ToolRef, flat_name
-from gateway.neutral.errors import UpstreamClass, UpstreamError
+from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Result, Usage
 from gateway.sse import encode_data
@@ -47,14 +47,14 @@ def error_text(obj: Any) -> str:
             return str(err["message"])
         if isinstance(err, str):
             return err
-    return str(obj)[:500]
+    return clip(str(obj))
 
 
 def error_message(body: bytes) -> str:
     try:
         return error_text(jsonutil.loads(body))
     except jsonutil.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+        return body_text(body)
 
 
 def _failed(response: dict[str, Any], midstream: bool) -> UpstreamError:
