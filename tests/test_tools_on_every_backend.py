@@ -171,3 +171,14 @@ async def test_the_simulator_writes_calls_in_each_format_and_the_gateway_reads_t
     assert (call.function.name, call.function.arguments) == ("get_weather", '{"city":"Paris"}')
     assert [(name, args) for _, name, args in calls] == [("get_weather", '{"city":"Paris"}')]
     assert whole.choices[0].finish_reason == "tool_calls" == finish and not text.strip()
+
+
+async def test_a_databricks_client_gets_calls_from_an_emulated_backend(make_gateway, tokenizer_folder):
+    conf = config({"dialect": "tgi", **HERMES}, str(tokenizer_folder))
+    conf["routes"] = [{"name": "r", "dialect": "databricks", "backend": "up"}]
+    gw = await make_gateway(conf)
+    tools = [{**t, "function": {**t["function"], "description": "d"}} for t in TOOLS]
+    r = await gw.post("/serving-endpoints/m/invocations", json={"messages": ASK, "tools": tools})
+    choice = (await r.json())["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
