@@ -97,6 +97,12 @@ DATABRICKS_CHAT = Client(
     {"messages": CHAT["messages"], "stream": True},
 )
 
+# A chat with a function tool: its answers are read for calls (docs/tools.md).
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+OPENAI_CHAT_TOOLS = Client(
+    "openai", "openai", CHAT_PATH, CHAT_PATH, {**CHAT, "tools": [WEATHER]}, {**CHAT, "tools": [WEATHER], "stream": True}
+)
+
 OPENAI = Upstream("openai", "openai")
 MINDIE = Upstream("mindie", "mindie", "/mindie", {"model": "qwen"})  # chat goes to MindIE's /v1/chat/completions
 TRITON = Upstream("triton", "triton", settings={"model": "bench", "options": {"flavor": "trtllm"}}, tokenizer=True)
@@ -113,6 +119,14 @@ SCENARIOS = [
     ),
     Scenario("openai-mindie", "OpenAI -> MindIE chat", OPENAI_CHAT, MINDIE, "mindie chat", paced=True),
     Scenario("openai-triton", "OpenAI -> Triton (TRT-LLM, chat template)", OPENAI_CHAT, TRITON, "triton generate"),
+    # The same answers read for tool calls (emulated tools): each event through the parser.
+    Scenario(
+        "openai-triton-tools",
+        "OpenAI with tools -> Triton (TRT-LLM, calls read from the text)",
+        OPENAI_CHAT_TOOLS,
+        replace(TRITON, name="triton-tools", settings={**TRITON.settings, "tool_parser": "hermes"}),
+        "triton generate",
+    ),
     # Token ids go to /v1/completions as the prompt.
     Scenario("mindie-openai", "MindIE /infer_token -> OpenAI", MINDIE_INFER_TOKEN, OPENAI, "openai completion"),
     Scenario("tgi-openai", "TGI /generate -> OpenAI", TGI_GENERATE, OPENAI, "openai completion"),
