@@ -116,6 +116,11 @@ RESPONSES_API = Client(
     {"model": "gpt-4o-mini", "input": "Say hello", "store": False},
     {"model": "gpt-4o-mini", "input": "Say hello", "store": False, "stream": True},
 )
+# A chat with a function tool: its answers are read for calls (docs/tools.md).
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+OPENAI_CHAT_TOOLS = Client(
+    "openai", "openai", CHAT_PATH, CHAT_PATH, {**CHAT, "tools": [WEATHER]}, {**CHAT, "tools": [WEATHER], "stream": True}
+)
 
 OPENAI = Upstream("openai", "openai")
 # The usual deployment: clients ask for `gpt-4o-mini`, the backend serves a model of another name,
@@ -194,6 +199,14 @@ SCENARIOS = [
     ),
     Scenario("openai-mindie", "OpenAI -> MindIE chat", OPENAI_CHAT, MINDIE, "mindie chat", paced=True),
     Scenario("openai-triton", "OpenAI -> Triton (TRT-LLM, chat template)", OPENAI_CHAT, TRITON, "triton generate"),
+    # The same answers read for tool calls (emulated tools): each event through the parser.
+    Scenario(
+        "openai-triton-tools",
+        "OpenAI with tools -> Triton (TRT-LLM, calls read from the text)",
+        OPENAI_CHAT_TOOLS,
+        replace(TRITON, name="triton-tools", settings={**TRITON.settings, "tool_parser": "hermes"}),
+        "triton generate",
+    ),
     # Token ids go to /v1/completions as the prompt.
     Scenario("mindie-openai", "MindIE /infer_token -> OpenAI", MINDIE_INFER_TOKEN, OPENAI, "openai completion"),
     Scenario("tgi-openai", "TGI /generate -> OpenAI", TGI_GENERATE, OPENAI, "openai completion"),

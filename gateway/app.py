@@ -216,7 +216,9 @@ def _simulated_backends(backends: list[Backend]):  # type: ignore[no-untyped-def
         for b in backends:
             # The simulator imitates the server the backend's options describe (Triton's flavour).
             # No access line of its own: the gateway's line for the request is enough.
-            sim = create_sim_app(b.conf.dialect, options=b.conf.options, access_log=False)
+            sim = create_sim_app(
+                b.conf.dialect, options=b.conf.options, access_log=False, tool_parser=b.conf.tool_parser
+            )
             runner = web.AppRunner(sim, handler_cancellation=True, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from gateway import jsonutil
+from gateway.adapters.toolcalls import PARSERS
 from gateway.config import ConfigError
 from gateway.configfile import load_config
 
@@ -145,7 +146,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"unknown dialect {args.dialect!r}; available: {', '.join(dialects.available())}", file=sys.stderr)
         return 2
     try:
-        app = create_sim_app(args.dialect, args.model, args.token_delay_ms / 1000.0, sim_options(args.option))
+        app = create_sim_app(
+            args.dialect,
+            args.model,
+            args.token_delay_ms / 1000.0,
+            sim_options(args.option),
+            tool_parser=args.tool_parser,
+        )
     except ValueError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -206,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help="describe the simulated server with the dialect's backend options (e.g. flavor=vllm); repeatable",
+    )
+    m.add_argument(
+        "--tool-parser",
+        choices=sorted(PARSERS),
+        help="the format its model writes tool calls in when its prompt shows tools (a text-only server)",
     )
     m.set_defaults(func=cmd_simulate)
     return p

@@ -250,6 +250,13 @@ class Metrics:
             ["route", "phase"],
             registry=r,
         )
+        # Tool calls a model wrote as text that could not be read as calls (given back as text).
+        self.tool_parse_failures = Counter(
+            "gateway_tool_call_parse_failures",
+            "Tool calls in a model's text that did not parse",
+            ["route"],
+            registry=r,
+        )
         self.loop_lag = Gauge(
             "gateway_event_loop_lag_seconds",
             f"How late the event loop ran a timer, the worst of the last {LAG_WINDOW_S:g}s",

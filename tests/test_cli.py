@@ -188,6 +188,18 @@ async def test_simulate_answers_chat_over_the_network(procs):
     assert await stop(sim) == 0
 
 
+async def test_simulate_writes_tool_calls_in_the_format_it_is_given(procs):
+    port = free_port()
+    sim, url = await start("simulate", "--dialect", "tgi", "--port", str(port), "--tool-parser", "mistral")
+    procs.append(sim)
+    tool = '{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}'
+    prompt = f"<tools>\n{tool}\n</tools>\nuser: what is the weather in Oslo?\nassistant:"
+    async with aiohttp.ClientSession() as s, s.post(url + "/generate", json={"inputs": prompt}) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["generated_text"] == '[TOOL_CALLS][{"name": "get_weather", "arguments": {}}]'
+    assert await stop(sim) == 0
+
+
 def test_serve_with_missing_tls_files_is_a_config_error(tmp_path: Path):
     f = tmp_path / "tls.yaml"
     missing = tmp_path / "missing.pem"

@@ -106,6 +106,13 @@ def test_unknown_keys_are_errors():
     ]
 
 
+def test_a_tool_parser_is_one_the_gateway_reads():
+    assert problems(cfg(tool_parser="hermes2")) == [
+        "backends.up.tool_parser: Input should be 'hermes', 'llama3_json', 'mistral', 'pythonic' or 'qwen3_coder'"
+    ]
+    assert parse_config(cfg(tool_parser="llama3_json")).backends["up"].tool_parser == "llama3_json"
+
+
 def test_unknown_openai_option_is_an_error():
     assert problems(cfg(options={"bogus": 1})) == ["backends.up.options.bogus: Extra inputs are not permitted"]
     assert problems(cfg(options={"extensions": "sglang"})) == [
@@ -231,10 +238,18 @@ def test_embedded_default_mounts_every_dialect_clients_speak():
     c = embedded_default()
     avail = dialects.inbound_names()
     assert "openai" in avail
-    assert [r.dialect for r in c.routes] == avail
+    assert [r.dialect for r in c.routes][: len(avail)] == avail
     assert all(b.simulate for b in c.backends.values())
     assert next(r for r in c.routes if r.dialect == "openai").prefix == ""
     assert c.listen.host == "127.0.0.1" and c.listen.port == 8080
+
+
+def test_embedded_default_puts_an_openai_chat_in_front_of_each_text_only_simulator():
+    c = embedded_default()
+    fronts = {r.prefix: c.backends[r.backend] for r in c.routes if r.dialect == "openai" and r.prefix}
+    assert {p: b.dialect for p, b in fronts.items()} == {"/tgi": "tgi", "/triton": "triton"}
+    for b in [*fronts.values(), c.backends["sim-mindie"]]:
+        assert b.tool_parser == "hermes" and b.tokenizer is not None
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from gateway import jsonutil
+from gateway.codec.contract import BackendView
 from gateway.dialects.mindie import inbound
 from gateway.dialects.mindie.outbound import Options, native_body
 from gateway.dialects.mindie.reading import FullTextParser
@@ -155,7 +156,7 @@ def test_a_chat_request_reads_its_vendor_fields_and_media() -> None:
 def test_native_body_never_sends_rejected_values() -> None:
     req = inbound.parse_infer(jsonutil.dumps({"inputs": "hi"}))
     req = req.but(params=Params(temperature=0, top_p=1.0))
-    body = native_body(req, Options(default_max_tokens=77))
+    body = native_body(req, BackendView("m", "mindie", None, Options(default_max_tokens=77)))
     assert body == {
         "inputs": "hi",
         "stream": False,

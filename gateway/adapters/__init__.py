@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from gateway.adapters.template import ChatTemplate
@@ -18,6 +19,10 @@ from gateway.neutral.errors import Unsupported
 
 log = logging.getLogger("gateway")
 
+# A small model's files that ship with the gateway: a byte-level tokenizer and a ChatML chat
+# template that writes tools and tool calls as Hermes' format does. The embedded default's
+# simulated servers that carry only text use them (docs/tools.md).
+DEMO_MODEL = str(Path(__file__).parent / "demo_model")
 _HOW = "set `tokenizer:` on the backend to a folder with tokenizer.json and tokenizer_config.json"
 # Loaded files by folder. Requests that need them may run in worker threads (large prompts are
 # tokenized off the event loop), so loading is locked; a loaded file is only ever read.
@@ -91,6 +96,7 @@ def count_tokens(backend: BackendView[Any], text: str) -> int | None:
 
 
 __all__ = [
+    "DEMO_MODEL",
     "ChatTemplate",
     "IncrementalDetokenizer",
     "Tokenizer",

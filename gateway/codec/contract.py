@@ -37,6 +37,9 @@ class BackendView(Generic[Opts_co]):
     options: Opts_co
     # The folder with the model's tokenizer.json and tokenizer_config.json, when configured.
     tokenizer: str | None = None
+    # The format the model writes its tool calls in, for a wire that carries only text
+    # (gateway.adapters.toolcalls: its names are vLLM's `--tool-call-parser` names).
+    tool_parser: str | None = None
 
 
 # ---- outbound ------------------------------------------------------------------------------
@@ -56,6 +59,17 @@ class Carriage:
     # The wire API the request goes out on (openai.chat, tgi...): a client that spoke the
     # same one (Request.wire) is the backend's own client, whose body the backend may get as it is.
     wire: str = ""
+    # The types of chat content part the wire carries (None: any, as they are); a message with
+    # a part of another type is refused, never sent without it.
+    parts: frozenset[str] | None = None
+    # Chat goes out as one text prompt, made by the backend's chat template: the request's tools
+    # are rendered into it, and the calls read back out of the model's text, when the backend
+    # names its model's tool-call format (BackendView.tool_parser).
+    templated: bool = False
+
+
+# The parts of a wire that carries text only.
+TEXT_PARTS = frozenset({"text"})
 
 
 @record
@@ -334,6 +348,13 @@ class Demo:
 
     prefix: str = ""
     backend: str = ""
+    # A simulated server of this dialect that carries only text: its model writes tool calls in
+    # this format (a `tool_parser:` name), and its backend is given that and the demo model's
+    # chat template, so tools work through it.
+    tool_parser: str = ""
+    # Clients of other dialects the default sends to this dialect's simulated server too: (their
+    # dialect, the prefix they are mounted under); an OpenAI chat in front of a text-only server.
+    fronts: tuple[tuple[str, str], ...] = ()
 
 
 @record

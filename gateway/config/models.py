@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.adapters.toolcalls import PARSERS
 from gateway.dialects import registry
 from gateway.upstream import DIRECT, Egress, check_proxy, check_url
 
@@ -44,7 +45,14 @@ def _route_dialect(name: str) -> str:
     return name
 
 
+def _tool_parser(name: str) -> str:
+    if name not in PARSERS:
+        raise ValueError(f"Input should be {_one_of(sorted(PARSERS))}")
+    return name
+
+
 BackendDialect = Annotated[str, AfterValidator(_backend_dialect)]
+ToolParser = Annotated[str, AfterValidator(_tool_parser)]
 RouteDialect = Annotated[str, AfterValidator(_route_dialect)]
 # A header name is an HTTP token; a value holds no line break or NUL (which would smuggle in a
 # header, or a request, of its own).
@@ -208,6 +216,9 @@ class Backend(_Strict):
     # Connections open to this backend at once (all replicas); more requests wait for one.
     max_connections: int = Field(256, gt=0)
     tokenizer: str | None = None
+    # The format its model writes tool calls in (vLLM's --tool-call-parser names), for a backend
+    # whose wire carries only text: the gateway renders tools into the prompt and reads the calls.
+    tool_parser: ToolParser | None = None
     tls: BackendTLS | None = None
     # Where the backend's own Prometheus metrics are, for its KV-cache use in pool-member mode
     # (unset: where the dialect's servers usually have them, if they have a KV figure at all).

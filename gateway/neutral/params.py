@@ -155,8 +155,9 @@ def is_off(value: Any) -> bool:
 
 def make(values: dict[str, Any]) -> Params:
     """Params from neutral values read off a wire, with each dialect's ways of saying "the
-    default" made one: one choice (n or best_of of 1) and no stop strings are "not set"; lists
-    become tuples, so a value cannot change under the request that holds it."""
+    default" made one: one choice (n or best_of of 1), no stop strings and a plain-text response
+    format are "not set"; lists become tuples, so a value cannot change under the request that
+    holds it."""
     for name, value in values.items():
         if isinstance(value, list):
             values[name] = tuple(value)
@@ -164,6 +165,9 @@ def make(values: dict[str, Any]) -> Params:
         del values["n"]
     if values.get("best_of") == 1:
         del values["best_of"]
+    format_ = values.get("response_format")
+    if format_ is not None and format_.get("type") == "text":
+        del values["response_format"]  # plain text asks for nothing
     if "stop" in values:
         stop = values["stop"]
         if isinstance(stop, str):

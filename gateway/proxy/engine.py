@@ -3,9 +3,10 @@
 For each upstream request of the plan the outbound codec builds the call, the engine sends it
 (failing over between replicas while no connection was made), maps every transport fault to an
 `UpstreamError` of the right class, and has the codec read the answer. Stop strings the gateway
-enforces and token ids it fills in wrap each part; a fanned-out plan's parts run concurrently and
-are put back together (gateway.proxy.fanout). The engine never writes to the client; it returns
-when each upstream request started and ended, for whoever observes the exchange.
+enforces, tool calls it reads out of the text and token ids it fills in wrap each part; a
+fanned-out plan's parts run concurrently and are put back together (gateway.proxy.fanout). The
+engine never writes to the client; it returns when each upstream request started and ended, for
+whoever observes the exchange.
 """
 
 import asyncio
@@ -20,6 +21,7 @@ from gateway import jsonutil
 from gateway.adapters import tokenizer_for
 from gateway.adapters.stops import StopStream, apply_stops
 from gateway.adapters.token_ids import TokenIdStream, fill_token_ids
+from gateway.adapters.tooluse import ToolStream
 from gateway.codec.contract import EventStream, Outgoing, Reply, UpstreamCall
 from gateway.neutral.errors import (
     GatewayError,
@@ -300,6 +302,8 @@ class ProxyEngine:
             result = _with_body(result, body)
         if plan.stops and isinstance(result, Result):
             result = apply_stops(result, plan.stops, plan.include_stop)
+        if plan.tools is not None and isinstance(result, Result):
+            result = plan.tools.read(result)
         if plan.fill_token_ids and isinstance(result, Result):
             tok = tokenizer_for(plan.backend)
             texts = part.wants_token_details
@@ -339,6 +343,8 @@ class ProxyEngine:
         if plan.stops:
             # Ending early closes the proxy stream, which cuts the connection and so the generation.
             stream = StopStream(stream, plan.stops, plan.include_stop, n=part.params.choices)
+        if plan.tools is not None:
+            stream = ToolStream(stream, plan.tools)
         if plan.fill_token_ids:
             stream = TokenIdStream(stream, tokenizer_for(plan.backend))
         return stream

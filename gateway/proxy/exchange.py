@@ -208,6 +208,7 @@ async def _answer(
         finish_in_band=plan.finish_in_band,
     )
     ex.upstream = plan.times
+    ex.tools = plan.tools
     if req.stream and ep.stream_renderer is not None:
         resp = await _stream(request, ep, route, req, plan, ctx, ex, when, trace, caller)
         ex.status = resp.status

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.adapters.tooluse import ToolReading
 from gateway.logs import access_enabled, access_log
 from gateway.metrics import Metrics, RouteMetrics
 from gateway.neutral.events import TOKENS, Event, UsageEvent
@@ -35,6 +36,8 @@ class Exchange:
     # observed as it happens rather than collected.
     metrics: RouteMetrics | None = None
     upstream: UpstreamTimes | None = None
+    # How the answer was read for tool calls written as text (it counts those that did not parse).
+    tools: ToolReading | None = None
     upstream_error: str | None = None
     disconnect: str | None = None
     key: str | None = None  # the API key's log name
@@ -110,6 +113,8 @@ def _record(metrics: Metrics, group: RouteGroup, ex: Exchange, now: float, upstr
         metrics.upstream_errors.labels(route.name, b, ex.upstream_error).inc()
     if ex.disconnect:
         metrics.disconnects.labels(route.name, ex.disconnect).inc()
+    if ex.tools is not None and ex.tools.failures:
+        metrics.tool_parse_failures.labels(route.name).inc(ex.tools.failures)
 
 
 def _ms(seconds: float) -> float | None:
@@ -141,5 +146,6 @@ def _access(
             "completion_tokens": ex.completion_tokens,
             "upstream_error": ex.upstream_error,
             "disconnect": ex.disconnect,
+            "tool_parse_failures": ex.tools.failures if ex.tools is not None else None,
         }
     )

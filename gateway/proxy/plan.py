@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from gateway.adapters.tooluse import ToolReading, tool_use
 from gateway.codec.capabilities import TrimsForwarded
-from gateway.codec.contract import BackendView, EventStream, Outbound, Reply
+from gateway.codec.contract import BackendView, Carriage, EventStream, Outbound, Reply
 from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, Params, default_fate, is_off
 from gateway.neutral.types import Answer, Request, Task
@@ -142,6 +143,9 @@ class Plan:
     include_stop: bool = False
     # Token ids the client's dialect reports are filled in with the backend's tokenizer.
     fill_token_ids: bool = False
+    # How the answers are read for the tool calls the model wrote as text (None: as they are);
+    # it also counts the calls that did not parse.
+    tools: ToolReading | None = None
     # When each upstream request went out and came back: the engine's record of carrying out
     # the plan, read by whoever observes the exchange.
     times: "UpstreamTimes" = field(default_factory=lambda: UpstreamTimes())
@@ -230,9 +234,11 @@ def make_plan(
             headers=headers,
             fates=carriage.fates,
         )
-    fates, stops_here = policy(carriage.fates, req.params)
+    refuse_parts(req, carriage, backend)
+    params, tool_fates, tools = tool_use(req.params, carriage, backend)
+    fates, stops_here = policy({**carriage.fates, **tool_fates} if tool_fates else carriage.fates, params)
     emulated_stop = fates.get("stop") is Fate.EMULATE
-    params, dropped = apply_policy(req.params, fates, backend.name, backend.dialect)
+    params, dropped = apply_policy(params, fates, backend.name, backend.dialect)
     stops = params.stop if emulated_stop and params.stop else None
     if stops_here:
         params = params.replace(stop=None)
@@ -264,9 +270,30 @@ def make_plan(
         stops=stops,
         include_stop=bool(params.include_stop_str_in_output),
         fill_token_ids=req.wants_token_ids and bool(backend.tokenizer) and not same_wire,
+        tools=tools,
         headers=headers,
         fates=fates,
     )
+
+
+def refuse_parts(req: Request, carriage: Carriage, backend: BackendView[Any]) -> None:
+    """Unsupported for a message with a content part the backend's wire cannot carry: a part
+    is never left out on the way (an image the model did not see would be answered as if seen)."""
+    allowed = carriage.parts
+    if allowed is None or not req.messages:
+        return
+    for m in req.messages:
+        if isinstance(m.content, list):
+            for part in m.content:
+                kind = part.get("type")
+                if kind not in allowed:
+                    raise Unsupported(
+                        f"backend {backend.name!r} ({backend.dialect}) cannot take {kind!r} content parts: "
+                        f"its wire carries {', '.join(sorted(allowed))} only; send those, or route the "
+                        "request to a backend that takes such parts",
+                        param="messages",
+                        code="unsupported_content",
+                    )
 
 
 def fan_out(req: Request, batch: list[Any] | None, n: int) -> tuple[Request, ...]:

@@ -96,7 +96,7 @@ def build_backend(name: str, conf: cfg.Backend, dialect: Dialect) -> Backend:
     outbound = dialect.outbound
     assert outbound is not None, "the config lets a backend speak only a dialect with its outbound half"
     options = outbound.options_model.model_validate(conf.options)
-    view = BackendView(name, conf.dialect, conf.model, options, conf.tokenizer)
+    view = BackendView(name, conf.dialect, conf.model, options, conf.tokenizer, conf.tool_parser)
     urls = [u.rstrip("/") for u in conf.targets()]
     health = Replicas(max(len(urls), 1), conf.eject_after, conf.eject_base_s, conf.eject_max_s)
     gate = None

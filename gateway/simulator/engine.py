@@ -14,8 +14,10 @@ _ITSELF = BackendView("simulator", "simulator", None, NoOptions())
 
 
 class SimEngine:
-    def __init__(self, token_delay_s: float = 0.0) -> None:
+    def __init__(self, token_delay_s: float = 0.0, tool_parser: str | None = None) -> None:
         self.token_delay_s = token_delay_s
+        # The format its model writes tool calls in when its prompt shows tools.
+        self.tool_parser = tool_parser
 
     def plan(
         self, req: Request, request_id: str, body_bytes: int, max_fanout: int, headers: Mapping[str, str] = NO_HEADERS
@@ -41,7 +43,7 @@ class SimEngine:
     async def _complete(self, plan: Plan, req: Request) -> Answer:
         if req.task is Task.EMBEDDING:
             return model.embed(req)
-        result = model.complete(req)
+        result = model.complete(req, self.tool_parser)
         if self.token_delay_s:
             longest = max(len(c.text.split()) for c in result.choices)
             await asyncio.sleep(self.token_delay_s * longest)
@@ -55,21 +57,21 @@ class SimEngine:
         return await fanout.open_parts(plan, self._open)
 
     async def _open(self, plan: Plan, req: Request) -> EventStream:
-        return SimStream(req, self.token_delay_s)
+        return SimStream(req, self.token_delay_s, self.tool_parser)
 
 
 class SimStream:
-    def __init__(self, req: Request, delay: float) -> None:
-        self._batches = self._plan(req)
+    def __init__(self, req: Request, delay: float, tool_parser: str | None = None) -> None:
+        self._batches = self._plan(req, tool_parser)
         self._delay = delay
 
     @staticmethod
-    def _plan(req: Request) -> list[list[Event]]:
+    def _plan(req: Request, tool_parser: str | None) -> list[list[Event]]:
         batches: list[list[Event]] = []
         completion = 0
         top = req.params.top_logprobs or 0
         for i in range(req.params.choices):
-            g = model.generate(req, i)
+            g = model.generate(req, i, tool_parser)
             lps = model.logprob_entries(g.tokens, top) if req.params.logprobs else None
             for k, tok in enumerate(g.tokens):
                 batches.append([TextDelta(tok, i, [lps[k]] if lps else None, [model.token_id(tok)])])

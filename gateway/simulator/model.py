@@ -1,17 +1,20 @@
 """A small deterministic fake model: the same request always gets the same answer.
 
 It echoes the start of the prompt back inside a fixed sentence, honours max tokens, stop
-strings (kept in the text with include_stop_str_in_output), n, tools and logprobs, and counts
-tokens as whitespace-separated words, so every dialect's fields can be exercised without a GPU.
+strings (kept in the text with include_stop_str_in_output), n, tools, response formats and
+logprobs (gateway.simulator.tools says how it uses tools), and counts tokens as
+whitespace-separated words, so every dialect's fields can be exercised without a GPU.
 """
 
 import hashlib
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.neutral.types import Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
+from gateway.simulator import tools
 
 VOCAB_SIZE = 32000
 
@@ -57,28 +60,46 @@ class Generation:
         return "".join(self.tokens)
 
 
-def _tool_call(req: Request) -> list[dict[str, Any]] | None:
-    tools = req.params.tools
-    choice = req.params.tool_choice or "auto"
-    if not tools or choice == "none" or req.messages is None:
-        return None
-    if choice == "auto" and req.messages[-1].role != "user":
-        return None  # after a tool result, answer in text
-    name = choice["function"]["name"] if isinstance(choice, dict) else tools[0]["function"]["name"]
-    words = _last_user(req).split()[:3]
-    args = '{"query": "' + " ".join(w.replace('"', "") for w in words) + '"}'
-    call_id = "call_" + hashlib.sha1(_last_user(req).encode()).hexdigest()[:12]
-    return [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]
+def _pieces(text: str) -> list[str]:
+    """Text as the tokens a model would send it in: a few characters at a time."""
+    return _PIECE.findall(text)
 
 
-def generate(req: Request, index: int = 0) -> Generation:
-    calls = _tool_call(req)
-    if calls:
-        return Generation([], Finish.TOOL_CALLS, calls)
-    words = _last_user(req).split()[:6]
-    echo = " ".join(words) if words else "nothing"
-    sentence = f"Simulated answer {index}: you said {echo}. The gateway works end to end."
-    tokens = [(" " if i else "") + w for i, w in enumerate(sentence.split(" "))]
+_PIECE = re.compile(r"\s*\S{1,6}|\s+")
+
+
+def _answer(req: Request, index: int, tool_parser: str | None) -> list[str]:
+    """The tokens of a text answer: JSON when the answer is held to a schema, a call in the
+    parser's format when a text prompt's tools ask for one, else the sentence."""
+    last = _last_user(req)
+    held = tools.held_answer(req, tools.last_word(tools.said(last)))
+    if held is not None:
+        return _pieces(held)
+    result = None
+    if req.messages is None and tool_parser is not None:
+        written, result = tools.text_call(prompt_text(req), tool_parser)
+        if written is not None:
+            return _pieces(written)
+    elif req.messages and req.messages[-1].role == "tool":
+        result = req.messages[-1].text()
+    if result is not None:
+        sentence = f"Simulated answer {index}: the tool said {result}."
+    else:
+        words = last.split()[:6]
+        echo = " ".join(words) if words else "nothing"
+        sentence = f"Simulated answer {index}: you said {echo}. The gateway works end to end."
+    return [(" " if i else "") + w for i, w in enumerate(sentence.split(" "))]
+
+
+def generate(req: Request, index: int = 0, tool_parser: str | None = None) -> Generation:
+    """The answer to one choice. `tool_parser`: the format the simulated server's model writes
+    tool calls in, when its prompt shows tools (a server that carries only text)."""
+    last = _last_user(req)
+    tool = tools.chosen(req, last) if req.messages is not None else None
+    if tool is not None:
+        call_id = "call_" + hashlib.sha1(last.encode()).hexdigest()[:12]
+        return Generation([], Finish.TOOL_CALLS, [tools.call(tool, tools.last_word(last), call_id)])
+    tokens = _answer(req, index, tool_parser)
     limit = req.params.max_tokens
     finish = Finish.EOS
     if isinstance(limit, int) and limit < len(tokens):
@@ -114,11 +135,11 @@ def logprob_entries(tokens: list[str], top: int) -> list[dict[str, Any]]:
     return out
 
 
-def complete(req: Request) -> Result:
+def complete(req: Request, tool_parser: str | None = None) -> Result:
     n = req.params.choices
     choices, completion = [], 0
     for i in range(n):
-        g = generate(req, i)
+        g = generate(req, i, tool_parser)
         lp = logprob_entries(g.tokens, req.params.top_logprobs or 0) if req.params.logprobs else None
         choices.append(
             Choice(

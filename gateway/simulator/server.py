@@ -50,7 +50,10 @@ def create_sim_app(
     token_delay_s: float = 0.0,
     options: dict[str, Any] | None = None,
     access_log: bool = True,
+    tool_parser: str | None = None,
 ) -> web.Application:
+    """A simulated server of `dialect`; `tool_parser`: the format its model writes tool calls in,
+    where its prompt shows tools (a server that carries only text)."""
     d = registry.get(dialect)
     server = server_options(dialect, options)
     app = web.Application(client_max_size=_MAX_BODY)
@@ -65,7 +68,9 @@ def create_sim_app(
     app[SERVICES] = Services.of(Metrics(enabled=False), limits, access_log=access_log)
     conf = BackendConf(dialect=dialect, simulate=True, model=model or "sim-model", options=options or {})
     backend = build_backend("simulator", conf, d)
-    route = Route("simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s))
+    route = Route(
+        "simulator", dialect, "", frozenset({model}) if model else None, backend, SimEngine(token_delay_s, tool_parser)
+    )
     inbound = d.server(server)
     if inbound is None:
         raise SimOptionError(f"a {dialect} server cannot be simulated: the dialect says nothing of what it serves")

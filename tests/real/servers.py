@@ -33,7 +33,7 @@ PYTRITON = "nvidia-pytriton==0.7.0"
 # vLLM brings builds of these made for CUDA torch; beside the CPU torch they fail to load and
 # take transformers' model imports down with them. Nothing the tests run needs them.
 VLLM_UNWANTED = ("torchvision", "torchaudio", "torchcodec")
-TRITON_MODELS = ("minimal", "ensemble", "vllm_model", "failing", "failing_decoupled", "several")
+TRITON_MODELS = ("minimal", "ensemble", "vllm_model", "failing", "failing_decoupled", "several", "hermes")
 
 
 def _die_with_parent() -> None:
@@ -138,15 +138,16 @@ def running(variable: str) -> Server | None:
     return Server(url.rstrip("/"), None, CACHE / "external.log") if url else None
 
 
-def start_vllm(model: Path, name: str = "tiny") -> Server:
+def start_vllm(model: Path, name: str = "tiny", *, max_model_len: int = 512, more: tuple[str, ...] = ()) -> Server:
+    """vLLM's OpenAI server on the model; `more`: further arguments (its tool parser...)."""
     python = venv("vllm", [TORCH, VLLM], remove=VLLM_UNWANTED)
     port = free_port()
-    log = CACHE / "vllm.log"
+    log = CACHE / ("vllm.log" if not more else "vllm-more.log")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
     # `vllm serve` looks for a distribution called "vllm"; the CPU build is "vllm-cpu".
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     cmd += ["--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--max-model-len", "512", "--dtype", "float32", "--seed", "0", "--disable-log-stats"]
+    cmd += ["--max-model-len", str(max_model_len), "--dtype", "float32", "--seed", "0", "--disable-log-stats", *more]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=CACHE, preexec_fn=_die_with_parent

@@ -9,13 +9,20 @@ a real Triton server through PyTriton. Run by the PyTriton environment's python:
   `stream`, `exclude_input_in_output` and the `return_*` switches, outputs only when asked;
 - `failing`, `failing_decoupled`: the minimal interface, a model that raises on every request
   (Triton's answer then carries the model's traceback), plain and decoupled;
-- `several`: the minimal interface, decoupled, answering every request with three responses.
+- `several`: the minimal interface, decoupled, answering every request with three responses;
+- `hermes`: the vLLM backend's interface, a model that uses tools as Qwen's and Hermes' models
+  write them: when its prompt lists tools (the chat template's `<tools>` block) and holds no tool
+  result, it calls the first one in a `<tool_call>` block, its required string arguments the last
+  word of the prompt's last user turn; after a tool result (`<tool_response ...>`) it answers in
+  text with what the tool said; held to a JSON schema of calls (`structured_outputs`), it answers
+  with the bare list of that call.
 
 "Generation" is a fixed sentence built from the prompt, a word per token, so every answer can
 be predicted by the test that asks for it (see `expected`).
 """
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -145,6 +152,58 @@ def _vllm_output(text: str, finish: str | None, n_in: int, n_out: int, asked: di
     return out
 
 
+def _tools(prompt: str) -> list[dict]:  # type: ignore[type-arg]
+    block = re.search(r"<tools>(.*?)</tools>", prompt, re.S)
+    found = []
+    for line in (block.group(1) if block else "").splitlines():
+        try:
+            tool = json.loads(line)
+        except ValueError:
+            continue
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            found.append(fn)
+    return found
+
+
+def _last_user_word(prompt: str) -> str:
+    turns = re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", prompt, re.S)
+    words = re.findall(r"[A-Za-z]+", turns[-1] if turns else prompt)
+    return words[-1] if words else "somewhere"
+
+
+def hermes_answer(prompt: str, sampling: dict) -> str:  # type: ignore[type-arg]
+    """What the `hermes` model writes for a prompt (see the module's docstring)."""
+    tools = _tools(prompt)
+    said = re.findall(r"<tool_response[^>]*>\n(.*?)\n</tool_response>", prompt, re.S)
+    if not tools or said:
+        return f"The tool said: {said[-1]}." if said else "Hello from Triton."
+    fn = tools[0]
+    params = fn.get("parameters") or {}
+    required = params.get("required") or list(params.get("properties") or {})[:1]
+    args = {name: _last_user_word(prompt) for name in required}
+    if sampling.get("structured_outputs") is not None:
+        return json.dumps([{"name": fn["name"], "arguments": args}])
+    return "<tool_call>\n" + json.dumps({"name": fn["name"], "arguments": args}) + "\n</tool_call>"
+
+
+def hermes(requests):  # type: ignore[no-untyped-def]
+    for r in requests:
+        prompt = _value(r, "text_input", "")
+        sampling = json.loads(_value(r, "sampling_parameters", "{}") or "{}")
+        text = hermes_answer(prompt, sampling)
+        asked = {
+            k: bool(_value(r, k, False))
+            for k in ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
+        }
+        pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+        if _value(r, "stream", False):
+            for i, piece in enumerate(pieces):
+                yield [_vllm_output(piece, "stop" if i == len(pieces) - 1 else None, len(prompt.split()), 1, asked)]
+        else:
+            yield [_vllm_output(text, "stop", len(prompt.split()), len(pieces), asked)]
+
+
 def _bool(name: str) -> Tensor:
     return Tensor(name=name, dtype=np.bool_, shape=(1,), optional=True)
 
@@ -200,28 +259,31 @@ def main() -> None:
             ],
             config=ModelConfig(batching=False, decoupled=True),
         )
-        triton.bind(
-            model_name="vllm_model",
-            infer_func=vllm_model,
-            inputs=[
-                Tensor(name="text_input", dtype=bytes, shape=(1,)),
-                _bool("stream"),
-                Tensor(name="sampling_parameters", dtype=bytes, shape=(1,), optional=True),
-                _bool("exclude_input_in_output"),
-                _bool("return_finish_reason"),
-                _bool("return_cumulative_logprob"),
-                _bool("return_logprobs"),
-                _bool("return_num_input_tokens"),
-                _bool("return_num_output_tokens"),
-            ],
-            outputs=[
-                Tensor(name="text_output", dtype=bytes, shape=(-1,)),
-                Tensor(name="finish_reason", dtype=bytes, shape=(-1,)),
-                Tensor(name="num_input_tokens", dtype=np.uint32, shape=(1,)),
-                Tensor(name="num_output_tokens", dtype=np.uint32, shape=(-1,)),
-            ],
-            config=ModelConfig(batching=False, decoupled=True),
-        )
+        vllm_inputs = [
+            Tensor(name="text_input", dtype=bytes, shape=(1,)),
+            _bool("stream"),
+            Tensor(name="sampling_parameters", dtype=bytes, shape=(1,), optional=True),
+            _bool("exclude_input_in_output"),
+            _bool("return_finish_reason"),
+            _bool("return_cumulative_logprob"),
+            _bool("return_logprobs"),
+            _bool("return_num_input_tokens"),
+            _bool("return_num_output_tokens"),
+        ]
+        vllm_outputs = [
+            Tensor(name="text_output", dtype=bytes, shape=(-1,)),
+            Tensor(name="finish_reason", dtype=bytes, shape=(-1,)),
+            Tensor(name="num_input_tokens", dtype=np.uint32, shape=(1,)),
+            Tensor(name="num_output_tokens", dtype=np.uint32, shape=(-1,)),
+        ]
+        for name, func in (("vllm_model", vllm_model), ("hermes", hermes)):
+            triton.bind(
+                model_name=name,
+                infer_func=func,
+                inputs=vllm_inputs,
+                outputs=vllm_outputs,
+                config=ModelConfig(batching=False, decoupled=True),
+            )
         for name, func, decoupled in (
             ("failing", failing, False),
             ("failing_decoupled", failing, True),

@@ -222,6 +222,19 @@ class CallStream:
         self._pump(text, False)
         return out
 
+    def passes(self, texts: list[str]) -> bool:
+        """Whether `feed` would give each of these texts back as it is: no call is being read or
+        may be starting, some text went out and no whitespace waits, and none of them is empty,
+        ends in whitespace or holds a marker's first character. A run of plain tokens then goes
+        on as one event rather than one `feed` each."""
+        if self._reader is not None or self._tail or self._start_open or not self._texted or self._ws:
+            return False
+        for text in texts:
+            if not text or text[-1].isspace():
+                return False
+        joined = "".join(texts)
+        return not any(c in joined for c in self._anywhere)
+
     def close(self) -> list[Event]:
         out = self._out = []
         self._pump("", True)

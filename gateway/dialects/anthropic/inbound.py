@@ -16,6 +16,7 @@ from gateway.adapters.prompt import prompt_text
 from gateway.codec.capabilities import BEARER, KeyHeader
 from gateway.codec.contract import Asked, Caller, Endpoint, GroupView, Mount, PathValues, Reply
 from gateway.codec.errors import stated
+from gateway.codec.structured import json_value, with_schema
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.anthropic import params as names
 from gateway.dialects.anthropic import render
@@ -23,8 +24,23 @@ from gateway.dialects.anthropic.blocks import to_neutral, tool_choice_to_neutral
 from gateway.dialects.anthropic.outbound import WIRE
 from gateway.dialects.anthropic.schema import CountTokensRequest, MessagesRequest
 from gateway.neutral import params as neutral
-from gateway.neutral.errors import GatewayError, NotFound, Unsupported
+from gateway.neutral.errors import GatewayError, InvalidRequest, NotFound, Unsupported
 from gateway.neutral.types import Request, Task
+
+
+def output_format(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema the answer is held to (`output_config.format`, or the older top-level
+    `output_format`) as a response format."""
+    config = data.get("output_config")
+    fmt = config.get("format") if isinstance(config, dict) else None
+    where = "output_config.format"
+    if fmt is None:
+        fmt, where = data.get("output_format"), "output_format"
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        raise InvalidRequest(f"{where} must be {{type: json_schema, schema}}", param=where, code="invalid_value")
+    return with_schema(json_value(fmt.get("schema"), where + ".schema"))
 
 
 def read_params(data: dict[str, Any]) -> neutral.Params:
@@ -41,6 +57,9 @@ def read_params(data: dict[str, Any]) -> neutral.Params:
     user = (data.get("metadata") or {}).get("user_id")
     if isinstance(user, str):
         values["user"] = user
+    held = output_format(data)
+    if held is not None:
+        values["response_format"] = held
     thinking = data.get("thinking")
     if thinking is not None and thinking["type"] != "adaptive":
         # The chat template's switch for the model's reasoning (Qwen3's, DeepSeek's...).

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import jsonutil
 from gateway.codec.contract import BackendView, Carriage, Outgoing, UpstreamCall
+from gateway.codec.structured import is_any_object, schema_of
 from gateway.dialects.anthropic import params as names
 from gateway.dialects.anthropic import reading
 from gateway.dialects.anthropic.blocks import from_neutral
@@ -41,6 +42,8 @@ _CARRIAGE = Carriage(
         do_sample=Fate.MAP,
     ),
     wire=WIRE,
+    # Content blocks: text and images.
+    parts=frozenset({"text", "image_url"}),
 )
 
 
@@ -66,7 +69,21 @@ def tool(t: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def request_body(req: Request, model: str | None, default_max: int) -> dict[str, Any]:
+def output_format(response_format: Mapping[str, Any], backend: str) -> dict[str, Any]:
+    """A response format as the API's output format: a JSON schema. The API holds every object
+    of it closed (no properties but those named), so "any JSON object" cannot be said."""
+    schema = schema_of(response_format)
+    if schema is None or is_any_object(response_format):
+        raise Unsupported(
+            f"backend {backend!r} (anthropic) holds answers to a JSON schema only, not to any JSON "
+            "object: send response_format of type json_schema",
+            param="response_format",
+            code="unsupported_parameter",
+        )
+    return {"type": "json_schema", "schema": schema}
+
+
+def request_body(req: Request, model: str | None, default_max: int, backend: str = "") -> dict[str, Any]:
     p: Params = req.params
     system, turns = from_neutral(req.messages or [])
     body: dict[str, Any] = {} if model is None else {"model": model}
@@ -83,6 +100,8 @@ def request_body(req: Request, model: str | None, default_max: int) -> dict[str,
     choice = tool_choice(p.tool_choice, p.parallel_tool_calls)
     if choice is not None:
         body["tool_choice"] = choice
+    if p.response_format is not None:
+        body["output_config"] = {"format": output_format(p.response_format, backend)}
     if req.stream:
         body["stream"] = True
     return body
@@ -117,7 +136,7 @@ class AnthropicOutbound:
             return UpstreamCall(
                 PATH, jsonutil.dumps(body), req.stream, headers=HEADERS, passthrough=True, state=req, rename=rename
             )
-        body = request_body(req, model, backend.options.max_tokens)
+        body = request_body(req, model, backend.options.max_tokens, backend.name)
         return UpstreamCall(PATH, jsonutil.dumps(body), req.stream, headers=HEADERS, state=req)
 
     def parse_result(self, call: UpstreamCall, body: bytes, headers: Mapping[str, str]) -> Answer:

@@ -4,10 +4,11 @@ and the named event stream, to the neutral form."""
 from typing import Any
 
 from gateway import jsonutil
+from gateway.codec.errors import message_of
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
 from gateway.codec.textchunks import TextChunks
-from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
+from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Result, Usage
 from gateway.sse import SSEEvent, encode_data
@@ -38,10 +39,7 @@ def error_text(obj: Any) -> str:
 
 
 def error_message(body: bytes) -> str:
-    try:
-        return error_text(jsonutil.loads(body))
-    except jsonutil.JSONDecodeError:
-        return body_text(body)
+    return message_of(body, error_text)
 
 
 def usage_from(obj: Any, prompt: int | None = None) -> Usage | None:

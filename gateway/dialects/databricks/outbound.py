@@ -46,6 +46,15 @@ def message_dict(m: Message) -> dict[str, Any]:
     return out
 
 
+def tool(t: Any) -> dict[str, Any]:
+    """A function tool as Databricks takes it: its description is required (empty when the
+    client gave none)."""
+    fn = t.get("function") or {}
+    if isinstance(fn, dict) and fn.get("description") is None:
+        return {**t, "function": {**fn, "description": ""}}
+    return dict(t)
+
+
 # Databricks endpoint names consist of letters, digits, dashes and underscores.
 _ENDPOINT_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
@@ -126,6 +135,8 @@ class DatabricksOutbound:
                 )
             wire = {"input": req.input}
         wire.update(_NAMES[req.task].write(req.params))
+        if "tools" in wire:
+            wire["tools"] = [tool(t) for t in wire["tools"]]
         if req.task is Task.CHAT and req.params.logprobs:
             wire["logprobs"] = True
         if req.task is not Task.EMBEDDING:

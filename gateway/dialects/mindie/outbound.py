@@ -1,8 +1,11 @@
 """Talking to a MindIE server by the best endpoint for each request.
 
-Chat goes to its /v1/chat/completions. Text and token-id completions go to the native /infer or
-/infer_token unless they carry something only the OpenAI-flavoured /v1/completions honours
-(stop strings, stop token ids, penalties, n, logprobs...), or `options.prefer` is "openai".
+Chat goes to its /v1/chat/completions, but for chat with tools on a backend that names its
+model's tool-call format (`tool_parser:`): that goes to /infer as a prompt made by the chat
+template, and the gateway reads the calls out of the text. Text and token-id completions go to
+the native /infer or /infer_token unless they carry something only the OpenAI-flavoured
+/v1/completions honours (stop strings, stop token ids, penalties, n, logprobs, a response
+format...), or `options.prefer` is "openai".
 Native routes reject temperature 0 and top_p 1.0, so greedy becomes `do_sample: false` and top_p
 is left out at 1.0; an explicit max token count is always sent, since MindIE's defaults are tiny
 (20 new tokens) or huge (maxIterTimes). Mutual TLS is the backend's generic `tls:` setting.
@@ -16,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import jsonutil
 from gateway.adapters import count_tokens
+from gateway.adapters.prompt import prompt_text
 from gateway.codec.capabilities import KvSource
-from gateway.codec.contract import BackendView, Carriage, Outgoing, StreamParser, UpstreamCall
+from gateway.codec.contract import TEXT_PARTS, BackendView, Carriage, Outgoing, StreamParser, UpstreamCall
 from gateway.codec.finish import FinishWords
 from gateway.dialects.mindie import params as names
 from gateway.dialects.mindie.reading import FullTextParser
@@ -50,8 +54,17 @@ WIRE = "mindie"
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 _SAMPLING = {"temperature": Fate.MAP, "top_p": Fate.MAP, "do_sample": Fate.MAP}
+_NATIVE = names.NATIVE_OUT.fates(typical_p=Fate.MAP, **_SAMPLING)
+INFER = "/infer"
 _FATES = {
-    "native": names.NATIVE_OUT.fates(typical_p=Fate.MAP, **_SAMPLING),
+    "native": _NATIVE,
+    # Chat as a prompt: the chat template takes its kwargs, the gateway cuts at stop strings.
+    "chat": {
+        **_NATIVE,
+        "chat_template_kwargs": Fate.MAP,
+        "stop": Fate.EMULATE,
+        "include_stop_str_in_output": Fate.EMULATE,
+    },
     COMPLETIONS: names.COMPLETIONS_OUT.fates(logprobs=Fate.MAP, top_logprobs=Fate.MAP, do_sample=Fate.MAP),
     CHAT: names.CHAT_OUT.fates(logprobs=Fate.MAP, top_logprobs=Fate.MAP, do_sample=Fate.MAP),
 }
@@ -72,8 +85,12 @@ FINISH_WORDS = (
 )
 
 
-def endpoint(req: Request, opts: Options) -> str:
+def endpoint(req: Request, backend: BackendView[Options]) -> str:
+    opts = backend.options
     if req.task is Task.CHAT:
+        p = req.params
+        if backend.tool_parser is not None and p.tools and p.tool_choice != "none":
+            return INFER  # the tools emulated, in the prompt and read back from the text
         return CHAT
     if req.task is Task.EMBEDDING:
         raise Unsupported("MindIE backends do not serve embeddings", code="unsupported_task")
@@ -118,12 +135,14 @@ def _plain_media(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": plain}
 
 
-def native_body(req: Request, opts: Options) -> dict[str, Any]:
+def native_body(req: Request, backend: BackendView[Options]) -> dict[str, Any]:
     p = req.params
-    params = sampling(p, p.max_tokens or opts.default_max_tokens, names.NATIVE_OUT)
+    params = sampling(p, p.max_tokens or backend.options.default_max_tokens, names.NATIVE_OUT)
     params["details"] = True  # finish reason and token counts come only with details
     body: dict[str, Any] = {}
-    if req.prompt_ids is not None:
+    if req.task is Task.CHAT:
+        body["inputs"] = prompt_text(req, backend)
+    elif req.prompt_ids is not None:
         body["input_id"] = _token_ids(_single(req.prompt_ids, "prompt"))
     else:
         body["inputs"] = _single(req.prompt, "prompt")
@@ -166,17 +185,22 @@ class MindIEOutbound:
     forwards_same_wire = False
 
     def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
-        path = endpoint(req, backend.options)
+        path = endpoint(req, backend)
         # Every MindIE endpoint finishes in the event with the last token.
-        fates = _FATES["native" if not path.startswith("/v1/") else path]
-        return Carriage(fates, variant=path, finish_in_band=True, wire=WIRE)
+        if path.startswith("/v1/"):
+            return Carriage(_FATES[path], variant=path, finish_in_band=True, wire=WIRE)
+        if req.task is Task.CHAT:
+            return Carriage(
+                _FATES["chat"], variant=path, finish_in_band=True, wire=WIRE, parts=TEXT_PARTS, templated=True
+            )
+        return Carriage(_FATES["native"], variant=path, finish_in_band=True, wire=WIRE)
 
     def build(self, out: Outgoing[Options]) -> UpstreamCall:
         req, backend = out.req, out.backend
         opts = backend.options
-        path = out.variant or endpoint(req, opts)
+        path = out.variant or endpoint(req, backend)
         openai = path.startswith("/v1/")
-        body = openai_body(req, backend.model or req.model, opts) if openai else native_body(req, opts)
+        body = openai_body(req, backend.model or req.model, opts) if openai else native_body(req, backend)
         # The native routes report no prompt count: it is the input's length for /infer_token,
         # and the tokenizer's count (when configured) for /infer.
         if "input_id" in body:

@@ -144,4 +144,4 @@ class MindIEChatRequest(_MindIEOpenAI, ChatCompletionRequest):
 
 
 class MindIECompletionRequest(_MindIEOpenAI, CompletionRequest):
-    pass
+    response_format: Annotated[ResponseFormat | None, Carries(OPENAI_ROUTES)] = None

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, RouteView
+from gateway.codec.structured import from_vllm
 from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
 from gateway.dialects import responses
@@ -37,8 +38,13 @@ def messages_from(items: list[dict[str, Any]]) -> list[Message]:
 
 def read_params(data: dict[str, Any], wire: WireNames, logprobs: Any = None, **more: Any) -> neutral.Params:
     """The neutral parameters of an OpenAI-shaped body: the wire names' values, with `logprobs`
-    as chat has it (true or absent) or as completions have it (a count of alternatives)."""
+    as chat has it (true or absent) or as completions have it (a count of alternatives), and
+    vLLM's ways of asking for JSON read as a response format where the body gives none."""
     values = wire.read(data)
+    if "response_format" not in values and ("guided_json" in data or "structured_outputs" in data):
+        held = from_vllm(data.get("guided_json"), data.get("structured_outputs"))
+        if held is not None:
+            values["response_format"] = held
     if logprobs is True:
         values["logprobs"] = True
     elif isinstance(logprobs, int) and not isinstance(logprobs, bool):

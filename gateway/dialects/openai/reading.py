@@ -3,11 +3,12 @@
 from typing import Any
 
 from gateway import jsonutil
+from gateway.codec.errors import message_of
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, Renamer, kept, renamed
 from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
 from gateway.dialects.openai.params import FINISH_WORDS as WORDS
-from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
+from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Answer, Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
 from gateway.sse import DONE
@@ -168,11 +169,7 @@ def error_text(obj: Any) -> str:
 
 
 def error_message(body: bytes) -> str:
-    try:
-        obj = jsonutil.loads(body)
-    except jsonutil.JSONDecodeError:
-        return body_text(body)
-    return error_text(obj)
+    return message_of(body, error_text)
 
 
 def passthrough_body(req: Request, body: bytes, rename: bytes | None) -> Result:

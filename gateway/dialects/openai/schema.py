@@ -173,6 +173,8 @@ class CompletionRequest(_Sampling):
     # set): the backend knows its own limit and says so.
     logprobs: int | None = Field(None, ge=0)
     suffix: Annotated[str | None, Carries(PUBLIC, VLLM)] = None
+    # vLLM-style extension (the public API's completions have no response format)
+    response_format: Annotated[ResponseFormat | None, Carries(VLLM)] = None
 
 
 class EmbeddingRequest(OpenModel):

@@ -46,7 +46,8 @@ _FATES = names.OUT.fates(
     stop=Fate.EMULATE,
     n=Fate.EMULATE,
 )
-CARRIAGE = Carriage(_FATES, wire=WIRE)
+# Input items: text, images and files (gateway.dialects.responses.outbound._part).
+CARRIAGE = Carriage(_FATES, wire=WIRE, parts=frozenset({"text", "image_url", "file"}))
 
 
 def _part(part: Mapping[str, Any], role: str) -> dict[str, Any] | None:

@@ -7,10 +7,11 @@ import re
 from typing import Any
 
 from gateway import jsonutil
+from gateway.codec.errors import message_of
 from gateway.codec.parsing import EventParser, renamed
 from gateway.codec.textchunks import ALWAYS, TextChunks
 from gateway.dialects.responses.params import ToolRef, flat_name
-from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
+from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Request, Result, Usage
 from gateway.sse import encode_data
@@ -55,10 +56,7 @@ def error_text(obj: Any) -> str:
 
 
 def error_message(body: bytes) -> str:
-    try:
-        return error_text(jsonutil.loads(body))
-    except jsonutil.JSONDecodeError:
-        return body_text(body)
+    return message_of(body, error_text)
 
 
 def _failed(response: dict[str, Any], midstream: bool) -> UpstreamError:

@@ -3,8 +3,10 @@
 Its parsing and rendering are shared with MindIE's TGI-style routes (gateway.dialects.mindie).
 """
 
-from gateway.codec.contract import Dialect
+from gateway.codec.contract import Demo, Dialect
 from gateway.dialects.tgi.inbound import TGIInbound
 from gateway.dialects.tgi.outbound import TGIOutbound
 
-DIALECT = Dialect("tgi", TGIInbound(), TGIOutbound())
+# The embedded default also puts OpenAI's chat in front of its simulated server, whose model
+# writes Hermes' tool calls: tools through a server that carries only text.
+DIALECT = Dialect("tgi", TGIInbound(), TGIOutbound(), Demo(tool_parser="hermes", fronts=(("openai", "/tgi"),)))

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from gateway import __version__, jsonutil
 from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply
 from gateway.codec.errors import ErrorTable, stated
+from gateway.codec.structured import from_grammar
 from gateway.codec.validation import load_object, validate
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.tgi import render
@@ -71,9 +72,11 @@ def neutral_params(p: BaseModel | None, wire: WireNames = PARAMETERS_IN) -> neut
     values: dict[str, Any] = p.__dict__
     if values.get("top_n_tokens"):
         raise Unsupported("parameters.top_n_tokens is not supported by the gateway", param="parameters.top_n_tokens")
-    if values.get("grammar") is not None:
-        raise Unsupported("parameters.grammar is not supported by the gateway", param="parameters.grammar")
-    return neutral.make(wire.read(values))
+    read = wire.read(values)
+    grammar = values.get("grammar")
+    if grammar is not None:
+        read["response_format"] = from_grammar(grammar, "parameters.grammar")
+    return neutral.make(read)
 
 
 def _warps(p: neutral.Params) -> bool:

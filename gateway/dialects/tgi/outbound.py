@@ -11,7 +11,8 @@ from typing import Any
 from gateway import jsonutil
 from gateway.adapters import count_tokens
 from gateway.adapters.prompt import prompt_text
-from gateway.codec.contract import BackendView, Carriage, NoOptions, Outgoing, UpstreamCall
+from gateway.codec.contract import TEXT_PARTS, BackendView, Carriage, NoOptions, Outgoing, UpstreamCall
+from gateway.codec.structured import schema_of
 from gateway.codec.wirenames import WireNames
 from gateway.dialects.tgi import reading
 from gateway.dialects.tgi.params import PARAMETERS_OUT
@@ -32,6 +33,8 @@ FATES = PARAMETERS_OUT.fates(
     include_stop_str_in_output=Fate.EMULATE,
     # TGI returns one sequence per request (best_of keeps only the best): n choices are n requests.
     n=Fate.EMULATE,
+    # As a JSON grammar.
+    response_format=Fate.MAP,
 )
 
 
@@ -62,7 +65,14 @@ def _header_int(headers: Mapping[str, str], name: str) -> int | None:
 
 
 WIRE = "tgi"
-_CARRIAGE = Carriage(FATES, finish_in_band=True, wire=WIRE)  # the final event carries the last token
+# The final event carries the last token; chat is a prompt made by the chat template.
+_CARRIAGE = Carriage(FATES, finish_in_band=True, wire=WIRE, parts=TEXT_PARTS, templated=True)
+
+
+def grammar(response_format: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A response format as TGI's JSON grammar; None for plain text."""
+    schema = schema_of(response_format)
+    return None if schema is None else {"type": "json", "value": schema}
 
 
 class TGIOutbound:
@@ -81,6 +91,10 @@ class TGIOutbound:
         params = sampling(req.params, req.params.max_tokens)
         params["details"] = True  # finish reason and token counts come only with details
         params["return_full_text"] = False  # the prompt is prepended by the gateway when asked
+        if req.params.response_format is not None:
+            held = grammar(req.params.response_format)
+            if held is not None:
+                params["grammar"] = held
         if out.same_wire:
             rp = raw_params(req)
             # TGI-only knobs the neutral form does not carry.

@@ -4,10 +4,11 @@ whole answers, error bodies and the SSE stream, to the neutral form."""
 from typing import Any
 
 from gateway import jsonutil
+from gateway.codec.errors import message_of
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, broken_off
 from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
-from gateway.neutral.errors import UpstreamClass, UpstreamError, body_text, clip
+from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent, new_event
 from gateway.neutral.types import Choice, Finish, Result, Usage
 
@@ -46,10 +47,7 @@ def error_text(obj: Any) -> str:
 
 
 def error_message(status: int, body: bytes) -> str:
-    try:
-        return error_text(jsonutil.loads(body))
-    except jsonutil.JSONDecodeError:
-        return body_text(body)
+    return message_of(body, error_text)
 
 
 def parse_object(obj: Any, prompt_tokens: int | None = None, words: FinishWords = FINISH_WORDS) -> Result:

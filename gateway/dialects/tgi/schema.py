@@ -36,7 +36,8 @@ class Parameters(OpenModel):
     truncate: Annotated[int | None, Field(gt=0), Carries(TGI)] = None
     typical_p: Annotated[float | None, Field(gt=0, lt=1), Carries(TGI, in_range=True)] = None
     watermark: Annotated[bool | None, Carries(TGI)] = None
-    grammar: dict[str, Any] | None = None
+    # A JSON grammar is a response format (read and written by hand: gateway.codec.structured).
+    grammar: Annotated[dict[str, Any] | None, Carries(param="response_format", read=False)] = None
     adapter_id: str | None = None
 
 

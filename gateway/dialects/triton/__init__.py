@@ -7,5 +7,11 @@ from gateway.dialects.triton.outbound import TritonOutbound
 
 # The embedded default answers Triton clients through a simulated OpenAI server: a simulated
 # Triton server imitates TensorRT-LLM, which echoes the prompt unless asked not to, a poor first
-# sight of the gateway.
-DIALECT = Dialect("triton", TritonInbound(), TritonOutbound(), Demo(backend="openai"))
+# sight of the gateway. It puts OpenAI's chat in front of a simulated Triton server, whose model
+# writes Hermes' tool calls: tools through a server that carries only text.
+DIALECT = Dialect(
+    "triton",
+    TritonInbound(),
+    TritonOutbound(),
+    Demo(backend="openai", tool_parser="hermes", fronts=(("openai", "/triton"),)),
+)

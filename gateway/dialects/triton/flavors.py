@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway import jsonutil
+from gateway.codec.structured import guide_of, outputs_of
 from gateway.dialects.triton import params as names
 from gateway.dialects.triton import simulated
 from gateway.dialects.triton.reading import MINDIE_READING, TRTLLM_READING, VLLM_READING, Reading
@@ -22,6 +23,8 @@ _SEED_MAX = 2**63 - 1
 # Every family: the chat template takes its kwargs on the way to the prompt; one sequence per
 # generate call, so n choices are n calls (fan-out).
 _ALL = {"do_sample": Fate.MAP, "chat_template_kwargs": Fate.MAP, "n": Fate.EMULATE}
+# The vLLM backend's key for structured output in its sampling parameters.
+VLLM_STRUCTURED = "structured_outputs"
 
 
 def _seed(p: Params) -> Params:
@@ -46,6 +49,8 @@ def trtllm_body(p: Params, request_id: str, prompt: str, stream: bool, count_tok
         body["top_k"] = 1  # greedy whatever the executor's default sampling is
     if count_tokens:
         body["return_log_probs"] = True
+    if p.response_format is not None:
+        body.update(guide_of(p.response_format))
     if stream:
         body["stream"] = True
     return body
@@ -55,6 +60,11 @@ def vllm_body(p: Params, request_id: str, prompt: str, stream: bool, count_token
     sampling = names.VLLM_SAMPLING.write(_seed(p))
     if p.do_sample is False and p.temperature is None:
         sampling["temperature"] = 0.0
+    outputs = outputs_of(p.response_format) if p.response_format is not None else None
+    if outputs is not None:
+        # The backend reads this one key as a string holding the object (vLLM's own name for it,
+        # since Triton 25.11; `guided_decoding` before).
+        sampling[VLLM_STRUCTURED] = jsonutil.dumps_str(outputs)
     body: dict[str, Any] = {}
     if request_id:
         body["id"] = request_id
@@ -114,7 +124,8 @@ class Flavor:
 
 TRTLLM = Flavor(
     "trtllm",
-    names.TRTLLM.fates(include_stop_str_in_output=Fate.MAP, **_ALL),
+    # Structured output as guided decoding inputs.
+    names.TRTLLM.fates(include_stop_str_in_output=Fate.MAP, response_format=Fate.MAP, **_ALL),
     trtllm_body,
     TRTLLM_READING,
     finish_in_band=False,
@@ -127,7 +138,7 @@ TRTLLM = Flavor(
 )
 VLLM = Flavor(
     "vllm",
-    names.VLLM_SAMPLING.fates(**_ALL),
+    names.VLLM_SAMPLING.fates(response_format=Fate.MAP, **_ALL),
     vllm_body,
     VLLM_READING,
     finish_in_band=True,

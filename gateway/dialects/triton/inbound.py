@@ -15,6 +15,7 @@ from urllib.parse import quote
 from gateway import __version__, jsonutil
 from gateway.codec.contract import Caller, Endpoint, GroupView, Mount, PathValues, Reply, RouteView
 from gateway.codec.errors import ErrorTable, stated
+from gateway.codec.structured import from_guide, from_vllm
 from gateway.codec.validation import load_object, validate
 from gateway.dialects.triton import params as names
 from gateway.dialects.triton import render
@@ -78,6 +79,9 @@ def read_generate(
     bad = words(m.bad_words)
     if bad:
         values["bad_words"] = bad
+    held = from_guide(m.guided_decoding_guide_type, m.guided_decoding_guide) or from_vllm(None, m.structured_outputs)
+    if held is not None:
+        values["response_format"] = held
     if m.beam_width is not None and m.beam_width > 1:
         values["beam_width"] = m.beam_width
     if echo and m.exclude_input_in_output is False and not stream:

@@ -17,7 +17,7 @@ from gateway import jsonutil
 from gateway.adapters import Tokenizer, optional_tokenizer
 from gateway.adapters.prompt import prompt_text
 from gateway.codec.capabilities import KvSource
-from gateway.codec.contract import BackendView, Carriage, Inbound, Outgoing, UpstreamCall
+from gateway.codec.contract import TEXT_PARTS, BackendView, Carriage, Inbound, Outgoing, UpstreamCall
 from gateway.dialects.triton.flavors import FLAVORS, Flavor
 from gateway.dialects.triton.reading import CallState, TritonStreamParser, error_body_text, parse_body
 from gateway.dialects.triton.schema import Options
@@ -73,7 +73,8 @@ class TritonOutbound:
 
     def carriage(self, req: Request, backend: BackendView[Options]) -> Carriage:
         flavor = flavor_of(backend)
-        return Carriage(flavor.fates, finish_in_band=flavor.finish_in_band, wire=WIRE)
+        # Generate takes one text: chat is a prompt made by the chat template.
+        return Carriage(flavor.fates, finish_in_band=flavor.finish_in_band, wire=WIRE, parts=TEXT_PARTS, templated=True)
 
     def build(self, out: Outgoing[Options]) -> UpstreamCall:
         req, backend = out.req, out.backend

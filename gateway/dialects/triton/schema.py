@@ -101,6 +101,13 @@ class GenerateParameters(BaseModel):
     return_finish_reason: Annotated[bool | None, Tensor()] = None
     return_num_input_tokens: Annotated[bool | None, Tensor()] = None
     return_num_output_tokens: Annotated[bool | None, Tensor()] = None
+    # Structured output, read by the inbound: TRT-LLM's guided decoding inputs, and the vLLM
+    # backend's sampling parameter (a string holding an object; `guided_decoding` before 25.11).
+    guided_decoding_guide_type: Annotated[str | None, Carries(param="response_format", read=False), Tensor()] = None
+    guided_decoding_guide: Annotated[str | None, Tensor()] = None
+    structured_outputs: str | dict[str, Any] | None = Field(
+        None, validation_alias=_alias("structured_outputs", "guided_decoding")
+    )
     # TRT-LLM's log probabilities, and MindIE's details (both read only by a simulated server).
     return_log_probs: bool | None = None
     details: bool | None = None
