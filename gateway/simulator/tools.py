@@ -170,7 +170,9 @@ def text_call(prompt: str, parser_name: str) -> tuple[str | None, str | None]:
     if made:
         after = rest[rest.rfind(made[-1].name) :]
         return None, said(after) or "nothing"
-    tool = named(tools, rest)
+    # Only what the user said last names a tool: an agent's long instructions name them all.
+    last = said(rest)
+    tool = named(tools, last)
     if tool is None:
         return None, None
-    return parser.render_call(str(_function(tool).get("name")), arguments(tool, last_word(said(rest)))), None
+    return parser.render_call(str(_function(tool).get("name")), arguments(tool, last_word(last))), None
