@@ -91,9 +91,10 @@ def test_no_stops_and_empty_stops() -> None:
 
 
 def test_cut_text() -> None:
-    assert cut_text("Hello STOP world", ["STOP"]) == ("Hello ", True)
-    assert cut_text("Hello STOP world", ["STOP"], include_stop=True) == ("Hello STOP", True)
-    assert cut_text("Hello ST", ["STOP"]) == ("Hello ST", False)
+    assert cut_text("Hello STOP world", ["STOP"]) == ("Hello ", "STOP")
+    assert cut_text("Hello STOP world", ["STOP"], include_stop=True) == ("Hello STOP", "STOP")
+    assert cut_text("Hello ST", ["STOP"]) == ("Hello ST", None)
+    assert cut_text("a. b! c", [".", "!"]) == ("a", ".")
 
 
 # ---- apply_stops ---------------------------------------------------------------------------

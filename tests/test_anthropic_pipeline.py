@@ -110,6 +110,30 @@ async def test_an_openai_backends_tool_call_is_a_tool_use_and_its_result_continu
     assert sent[4] == {"role": "user", "content": "and now?"}
 
 
+async def test_the_stop_string_vllm_names_is_the_stop_sequence(upstream, make_gateway):
+    """vLLM says which stop string ended a choice (`stop_reason`); Anthropic's clients get it as
+    `stop_sequence`, whole and streamed, even when several were asked for."""
+    gw = await make_gateway(one_route("anthropic", "openai", upstream.url, model="up", options={"extensions": "vllm"}))
+    client = anthropic.AsyncAnthropic(base_url=str(gw.make_url("")).rstrip("/"), api_key="k", max_retries=0)
+    ask: dict[str, Any] = {"model": "m", "max_tokens": 50, "stop_sequences": ["###", "END"],
+                           "messages": [{"role": "user", "content": "Count"}]}  # fmt: skip
+    upstream.reply = json_reply({
+        "id": "c1", "object": "chat.completion", "created": 1, "model": "up",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "1 2 3"}, "finish_reason": "stop",
+                     "stop_reason": "END"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    })  # fmt: skip
+    whole = await client.messages.create(**ask)
+    assert whole.stop_reason == "stop_sequence" and whole.stop_sequence == "END"
+    ended = {"id": "c1", "object": "chat.completion.chunk", "model": "up",
+             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "END"}]}  # fmt: skip
+    frames = [_chunk({"role": "assistant", "content": "1 2 3"}), b"data: " + jsonutil.dumps(ended) + b"\n\n"]
+    upstream.reply = sse_reply([*frames, b"data: [DONE]\n\n"])
+    async with client.messages.stream(**ask) as stream:
+        streamed = await stream.get_final_message()
+    assert streamed.stop_reason == "stop_sequence" and streamed.stop_sequence == "END"
+
+
 def _frames(name: str) -> list[bytes]:
     return [f + b"\n\n" for f in (FIX / name).read_bytes().split(b"\n\n") if f.strip()]
 

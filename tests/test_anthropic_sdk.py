@@ -179,3 +179,13 @@ async def test_models_are_listed_as_the_api_lists_them(client: anthropic.AsyncAn
     for m in page.data:
         assert isinstance(m, anthropic.types.ModelInfo) and m.type == "model"
         assert (await client.models.retrieve(m.id)).id == m.id
+
+
+@pytest.mark.parametrize("backend", ["tgi", "triton", "anthropic"])
+async def test_of_several_stop_sequences_the_one_that_matched_is_named(client: anthropic.AsyncAnthropic, backend: str):
+    ask = {**ASK, "stop_sequences": ["zzz", "gateway", "works"]}
+    whole = await client.messages.create(**ask)
+    assert whole.stop_reason == "stop_sequence" and whole.stop_sequence == "gateway"
+    async with client.messages.stream(**ask) as stream:
+        streamed = await stream.get_final_message()
+    _same(whole, streamed, backend)

@@ -15,8 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway import jsonutil
 from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.explain import as_json, explain
 from gateway.proxy.exchange import SERVICES
 from gateway.proxy.replicas import Replicas
 from gateway.recent import quantile
@@ -153,6 +155,53 @@ async def test_the_page_asks_for_the_inference_api_key(make_gateway):
     state = await _state(gw, Authorization="Bearer k-status-1")
     assert [r["name"] for r in state["routes"]] == ["chat", "gen", "broken"]
     assert "k-status-1" not in (await (await gw.get("/ui/", headers={"Authorization": "Bearer k-status-1"})).text())
+
+
+async def test_the_explain_form_says_what_the_command_says_and_shows_no_address(make_gateway):
+    """The page's form asks /ui/api/explain: the explanation `gateway explain` gives for the same
+    request on the live configuration, behind the same key, with no backend address in it."""
+    down = _refused_url()
+    config = _config(down, auth={"api_keys": ["k-status-1"]})
+    gw = await make_gateway(config)
+    ask = {**_chat("broken"), "top_k": 5, "stop": ["END"]}
+    form = {"route": "broken", "path": None, "request": jsonutil.dumps(ask).decode()}
+    r = await gw.post("/ui/api/explain", json=form)
+    assert r.status == 401
+    key = {"Authorization": "Bearer k-status-1"}
+    r = await gw.post("/ui/api/explain", json=form, headers=key)
+    assert r.status == 200, await r.text()
+    answer = await r.json()
+    expected = as_json(await explain(parse_config(config), "broken", None, jsonutil.dumps(ask)))
+    got = answer["explanation"]
+    assert [u["body"] for u in got["upstream"]] == [u["body"] for u in expected["upstream"]]
+    assert got["parameters"] == expected["parameters"] and got["error"] == expected["error"]
+    top_k = next(p for p in got["parameters"] if p["name"] == "top_k")
+    assert top_k["fate"] == "drop" and "top_k" in answer["text"]
+    # The replica by its backend and position; no address, no credential.
+    (upstream,) = got["upstream"]
+    assert upstream["url"] == "(down, replica 0)"
+    assert dict(map(tuple, upstream["headers"]))["Host"] == "(down, replica 0)"
+    text = (await (await gw.post("/ui/api/explain", json=form, headers=key)).read()).decode()
+    port = down.rsplit(":", 1)[1]
+    assert port not in text and "user:pw" not in text and "backend-secret" not in text
+    # A request the client would get refused is explained with that refusal.
+    bad = {**form, "request": '{"model": "broken", "messages": "nope"}'}
+    answer = await (await gw.post("/ui/api/explain", json=bad, headers=key)).json()
+    assert answer["explanation"]["error"]["status"] == 400
+    # What is wrong with the form itself is a 400 saying so; nothing is ever sent.
+    for wrong, says in [
+        ({"route": "nope", "request": "{}"}, "nope"),
+        ({"route": "chat", "path": "/v1/nothing", "request": "{}"}, "/v1/nothing"),
+        ({"request": "{}"}, "route"),
+        ([1, 2], "route"),
+    ]:
+        r = await gw.post("/ui/api/explain", json=wrong, headers=key)
+        assert r.status == 400 and says in (await r.json())["error"]["message"], wrong
+    r = await gw.post("/ui/api/explain", data=b"{not json", headers=key)
+    assert r.status == 400
+    huge = {"route": "chat", "request": "x" * (5 << 20)}
+    r = await gw.post("/ui/api/explain", json=huge, headers=key)
+    assert r.status == 413, await r.text()
 
 
 async def test_ui_false_serves_no_page(make_gateway):

@@ -245,9 +245,26 @@ async def test_a_user_sees_both_routes_and_an_ejected_replica(launch, tmp_path):
             assert await page.evaluate("!document.getElementById('no-errors').hidden")
             await page.screenshot(tmp_path / "status-page-ejected.png")
 
+            # The form: a chat with top_k and a stop string, explained for the TGI route's
+            # backend as `gateway explain` would; no address of a replica on the page.
+            ask = {"inputs": "hello there", "parameters": {"max_new_tokens": 6, "top_k": 5, "stop": ["END"]}}
+            await page.evaluate(
+                "document.getElementById('explain-route').value = 'gen';"
+                f"document.getElementById('explain-path').value = '/tgi/generate';"
+                f"document.getElementById('explain-body').value = {json.dumps(json.dumps(ask))};"
+                "document.getElementById('explain-form').requestSubmit(); true"
+            )
+            await page.until("!document.getElementById('explain-out').hidden", "the explanation")
+            explained = await page.evaluate("document.getElementById('explain-out').textContent")
+            assert explained.startswith("route gen (tgi /tgi/generate) -> backend sim-tgi"), explained
+            assert "top_k" in explained and '"stop":["END"]' in explained.replace(" ", ""), explained
+            assert "(sim-tgi, replica 0)" in explained and urlsplit(tgi_a).netloc not in explained
+            await page.screenshot(tmp_path / "status-page-explain.png")
+
             # Every request the page made went to the gateway on the loopback.
             requested = page.requested()
             assert any(u.endswith("/ui/api/state") for u in requested)
+            assert any(u.endswith("/ui/api/explain") for u in requested)
             assert {urlsplit(u).hostname for u in requested} == {"127.0.0.1"}, requested
             # The key went in a header of the page's own requests, never in an address.
             assert not any(KEY in u for u in requested)

@@ -71,11 +71,11 @@ class StopMatcher:
         return "" if self.matched is not None else held
 
 
-def cut_text(text: str, stops: Sequence[str], include_stop: bool = False) -> tuple[str, bool]:
-    """A whole answer cut at its first stop string; whether one matched."""
+def cut_text(text: str, stops: Sequence[str], include_stop: bool = False) -> tuple[str, str | None]:
+    """A whole answer cut at its first stop string; the stop string that matched, if one did."""
     m = StopMatcher(stops, include_stop)
     out, matched = m.feed(text)
-    return (out, True) if matched else (out + m.flush(), False)
+    return (out, m.matched) if matched else (out + m.flush(), None)
 
 
 def apply_stops(result: Result, stops: Sequence[str], include_stop: bool) -> Result:
@@ -84,8 +84,8 @@ def apply_stops(result: Result, stops: Sequence[str], include_stop: bool) -> Res
     cut = False
     for choice in result.choices:
         text, matched = cut_text(choice.text, stops, include_stop)
-        if matched:
-            choice = replace(choice, text=text, finish=Finish.STOP_STRING)
+        if matched is not None:
+            choice = replace(choice, text=text, finish=Finish.STOP_STRING, stop=matched)
             cut = True
         choices.append(choice)
     # A cut answer no longer matches the backend's own body.
@@ -174,7 +174,7 @@ class StopStream:
                     out.append(self._delta(text, ev.index, st))
                 if matched:
                     st.done = True
-                    out.append(FinishEvent(Finish.STOP_STRING, ev.index))
+                    out.append(FinishEvent(Finish.STOP_STRING, ev.index, st.matcher.matched))
             elif type(ev) is FinishEvent:
                 st = self._state(ev.index)
                 if st.done:

@@ -48,6 +48,8 @@ class ToolCallDelta(NamedTuple):
 class FinishEvent(NamedTuple):
     reason: Finish
     index: int = 0  # type: ignore[assignment]
+    # The stop string that ended the choice, where it is known (reason STOP_STRING).
+    stop: str | None = None
 
 
 class UsageEvent(NamedTuple):

@@ -102,6 +102,8 @@ class Choice:
     reasoning: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     finish: Finish | None = None
+    # The stop string that ended it, where it is known (finish STOP_STRING).
+    stop: str | None = None
     logprobs: Any = None
     token_ids: list[int] | None = None
     # Each generated token's text, aligned with token_ids, when known (the tokenizer's reading).

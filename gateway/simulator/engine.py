@@ -80,9 +80,9 @@ class SimStream:
                 batches.append([ToolCallDelta(c, call["id"], fn["name"], "", i)])
                 batches.append([ToolCallDelta(c, None, None, fn["arguments"], i)])
             if g.tokens and not g.tool_calls:
-                batches[-1].append(FinishEvent(g.finish, i))  # with the last token, as servers say it
+                batches[-1].append(FinishEvent(g.finish, i, g.stop))  # with the last token, as servers say it
             else:
-                batches.append([FinishEvent(g.finish, i)])
+                batches.append([FinishEvent(g.finish, i, g.stop)])
             completion += len(g.tokens) or (1 if g.tool_calls else 0)
         prompt = model.count_prompt_tokens(req)
         batches[-1].append(UsageEvent(Usage(prompt, completion)))

@@ -54,6 +54,7 @@ class Generation:
     tokens: list[str]
     finish: Finish
     tool_calls: list[dict[str, Any]] | None = None
+    stop: str | None = None  # the stop string it ended on
 
     @property
     def text(self) -> str:
@@ -108,9 +109,11 @@ def generate(req: Request, index: int = 0, tool_parser: str | None = None) -> Ge
     stops = req.params.stop or ()
     if stops:
         text = "".join(tokens)
-        hits = [(text.find(s), s) for s in stops if s and s in text]
+        # The stop complete first, as a server checking after each token finds it.
+        hits = [(text.find(s) + len(s), -len(s), s) for s in stops if s and s in text]
         if hits:
-            at, stop = min(hits)
+            end, _, stop = min(hits)
+            at = end - len(stop)
             cut = at + len(stop) if req.params.include_stop_str_in_output else at
             kept, pos = [], 0
             for t in tokens:
@@ -121,7 +124,7 @@ def generate(req: Request, index: int = 0, tool_parser: str | None = None) -> Ge
                     if cut > pos:
                         kept.append(t[: cut - pos])
                     break
-            tokens, finish = kept, Finish.STOP_STRING
+            return Generation(kept, Finish.STOP_STRING, stop=stop)
     return Generation(tokens, finish)
 
 
@@ -147,6 +150,7 @@ def complete(req: Request, tool_parser: str | None = None) -> Result:
                 text=g.text,
                 tool_calls=g.tool_calls,
                 finish=g.finish,
+                stop=g.stop,
                 logprobs=lp,
                 token_ids=[token_id(t) for t in g.tokens],
             )

@@ -60,6 +60,10 @@ def _call(block: dict[str, Any]) -> dict[str, Any]:
     return {"id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": arguments}}
 
 
+def _text_or_none(value: object) -> str | None:
+    return value if type(value) is str else None
+
+
 def parse_body(body: bytes) -> Result:
     obj = jsonutil.loads(body)
     if not isinstance(obj, dict):
@@ -75,6 +79,7 @@ def parse_body(body: bytes) -> Result:
         reasoning=reasoning or None,
         tool_calls=calls or None,
         finish=FINISH_WORDS.read(obj.get("stop_reason")),
+        stop=_text_or_none(obj.get("stop_sequence")),
     )
     return Result([choice], usage_from(obj.get("usage")), obj.get("model"))
 
@@ -177,9 +182,10 @@ class MessagesStreamParser(EventParser):
                 self._prompt = usage.prompt_tokens
                 out.append(UsageEvent(Usage(usage.prompt_tokens, None, usage.extra)))
         elif kind == "message_delta":
-            finish = FINISH_WORDS.read((obj.get("delta") or {}).get("stop_reason"))
+            delta = obj.get("delta") or {}
+            finish = FINISH_WORDS.read(delta.get("stop_reason"))
             if finish is not None:
-                out.append(FinishEvent(finish))
+                out.append(FinishEvent(finish, 0, _text_or_none(delta.get("stop_sequence"))))
             usage = usage_from(obj.get("usage"), self._prompt)
             if usage is not None:
                 out.append(UsageEvent(usage))

@@ -74,8 +74,8 @@ def stop_of(finish: Finish | None, tool_calls: bool) -> str:
 
 
 def stop_sequence(finish: Finish | None, req: Request, matched: str | None = None) -> str | None:
-    """The stop string that ended the answer: the backend's word, else the request's only one
-    (with several, which matched is not known: null)."""
+    """The stop string that ended the answer: the one the backend or the gateway's own stop
+    matching names, else the request's only one (with several and no name: null)."""
     if finish is not Finish.STOP_STRING:
         return None
     if matched is not None:
@@ -123,7 +123,7 @@ def message_object(result: Result, req: Request, ctx: RenderContext) -> dict[str
         "role": "assistant",
         "content": content_of(c, ctx),
         "stop_reason": stop_of(c.finish, bool(c.tool_calls)),
-        "stop_sequence": stop_sequence(c.finish, req),
+        "stop_sequence": stop_sequence(c.finish, req, c.stop),
         "usage": usage_object(result.usage),
     }
 
@@ -180,6 +180,7 @@ class MessageStream:
         self._open: tuple[str, int] | None = None  # what the open block holds: kind and call index
         self._calls: dict[int, int] = {}  # a tool call's index -> its block's
         self._finish: Finish | None = None
+        self._stop: str | None = None
         self._usage: Usage | None = None
 
     def _head(self) -> bytes:
@@ -254,7 +255,7 @@ class MessageStream:
             elif t is FinishEvent:
                 assert isinstance(ev, FinishEvent)
                 if ev.index == 0:
-                    self._finish = ev.reason
+                    self._finish, self._stop = ev.reason, ev.stop
             elif t is UsageEvent:
                 assert isinstance(ev, UsageEvent)
                 self._usage = ev.usage
@@ -285,7 +286,7 @@ class MessageStream:
         stop = stop_of(self._finish, bool(self._calls))
         delta = {
             "type": "message_delta",
-            "delta": {"stop_reason": stop, "stop_sequence": stop_sequence(self._finish, self._req)},
+            "delta": {"stop_reason": stop, "stop_sequence": stop_sequence(self._finish, self._req, self._stop)},
             "usage": usage_object(self._usage),
         }
         return head + self._close() + event(b"message_delta", _dumps(delta)) + _MESSAGE_STOP

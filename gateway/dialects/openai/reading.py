@@ -23,6 +23,12 @@ def finish_of(words: FinishWords, finish_reason: object, stop_reason: object = N
     return reason
 
 
+def matched_stop(c: dict[str, Any]) -> str | None:
+    """The stop string vLLM says ended a choice (`stop_reason`; an integer there is a token)."""
+    stop = c.get("stop_reason")
+    return stop if type(stop) is str else None
+
+
 def usage_from(obj: Any) -> Usage | None:
     if not isinstance(obj, dict):
         return None
@@ -221,6 +227,7 @@ def parse_body(req: Request, body: bytes, words: FinishWords = WORDS) -> Answer:
                     reasoning=_reasoning(msg),
                     tool_calls=msg.get("tool_calls") or None,
                     finish=finish,
+                    stop=matched_stop(c),
                     logprobs=chat_logprobs(c.get("logprobs")),
                     token_ids=ids,
                 )
@@ -231,6 +238,7 @@ def parse_body(req: Request, body: bytes, words: FinishWords = WORDS) -> Answer:
                     index=c.get("index", 0),
                     text=c.get("text") or "",
                     finish=finish,
+                    stop=matched_stop(c),
                     logprobs=completion_logprobs_to_neutral(c.get("logprobs")),
                     token_ids=ids,
                 )
@@ -346,7 +354,7 @@ class OpenAIStreamParser(EventParser):
             reason = finish_of(self._words, c.get("finish_reason"), c.get("stop_reason"))
             if reason is not None:
                 self._finished = True
-                out.append(FinishEvent(reason, i))
+                out.append(FinishEvent(reason, i, matched_stop(c)))
         usage = obj.get("usage")
         if usage:
             u = usage_from(usage)

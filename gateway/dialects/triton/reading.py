@@ -192,12 +192,15 @@ def parse_body(st: CallState, body: bytes) -> Result:
     reader = Reader(st)
     text = reader.take(obj, midstream=False)
     stopped = False
+    matched = None
     if st.strip_stops:
         matcher = StopMatcher(st.strip_stops)
         cut, stopped = matcher.feed(text)
         text = cut if stopped else cut + matcher.flush()
+        matched = matcher.matched
     finish, usage = reader.conclude(stream=False, stopped=stopped)
-    result = Result([Choice(0, text, finish=finish)], usage, obj.get("model_name") if isinstance(obj, dict) else None)
+    model = obj.get("model_name") if isinstance(obj, dict) else None
+    result = Result([Choice(0, text, finish=finish, stop=matched)], usage, model)
     return replace(result, passthrough=st.relay(body)) if st.passthrough else result
 
 
@@ -262,7 +265,7 @@ class TritonStreamParser(EventParser):
                 out.append(TextDelta(rest))
         finish, usage = self._reader.conclude(stream=True, stopped=self._stopped)
         if finish is not None and not self._finished:
-            out.append(FinishEvent(finish))
+            out.append(FinishEvent(finish, 0, self._matcher.matched if self._matcher is not None else None))
         if usage is not None:
             out.append(UsageEvent(usage))
 

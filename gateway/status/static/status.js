@@ -1,6 +1,7 @@
 // The status page's script: asks the gateway for its state (api/state, beside this page) every
-// second and draws it. Everything it shows is set as text, never parsed as HTML. When the
-// gateway asks for an API key, the key is asked for once and kept in this tab's sessionStorage.
+// second and draws it; its form asks api/explain what the gateway would send for a pasted
+// request. Everything it shows is set as text, never parsed as HTML. When the gateway asks for
+// an API key, the key is asked for once and kept in this tab's sessionStorage.
 "use strict";
 
 const KEY = "gateway-status-key";
@@ -172,7 +173,24 @@ function render(s) {
     errors.append(row([e.class, e.route, el("td", e.count, { class: "num" })], { "data-error": e.class }));
   }
   $("no-errors").hidden = s.errors.length > 0;
+  routeChoices(s.routes);
   $("content").hidden = false;
+}
+
+// The form's route list, redrawn only when the routes change (a reload), keeping the choice.
+function routeChoices(routes) {
+  const select = $("explain-route");
+  const names = routes.map((r) => r.name);
+  if (select.dataset.names === names.join("\n")) return;
+  const chosen = select.value;
+  select.replaceChildren(...routes.map((r) => el("option", `${r.name} (${r.dialect} → ${r.backend})`, { value: r.name })));
+  if (names.includes(chosen)) select.value = chosen;
+  select.dataset.names = names.join("\n");
+}
+
+function authHeaders() {
+  const key = sessionStorage.getItem(KEY);
+  return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
 function askForKey(problem) {
@@ -188,7 +206,7 @@ let timer = null;
 async function poll() {
   timer = null;
   const key = sessionStorage.getItem(KEY);
-  const headers = key ? { Authorization: `Bearer ${key}` } : {};
+  const headers = authHeaders();
   try {
     const resp = await fetch("api/state", { headers, cache: "no-store", credentials: "omit" });
     if (resp.status === 401) {
@@ -212,6 +230,26 @@ $("key-form").addEventListener("submit", (ev) => {
   $("key").value = "";
   $("key-form").hidden = true;
   if (timer === null) poll();
+});
+
+$("explain-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const out = $("explain-out");
+  const form = { route: $("explain-route").value, path: $("explain-path").value.trim() || null, request: $("explain-body").value };
+  try {
+    const resp = await fetch("api/explain", {
+      method: "POST",
+      headers: { ...authHeaders(), "Content-Type": "application/json" },
+      body: JSON.stringify(form),
+      cache: "no-store",
+      credentials: "omit",
+    });
+    const answer = await resp.json();
+    out.textContent = resp.ok ? answer.text : `Not explained: ${answer.error.message}`;
+  } catch (err) {
+    out.textContent = `No answer from the gateway (${err.message}).`;
+  }
+  out.hidden = false;
 });
 
 $("forget").addEventListener("click", () => {
