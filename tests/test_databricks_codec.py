@@ -386,7 +386,7 @@ def test_stream_without_done_is_complete_after_finish(step):
         "TextDelta(text='Hallo', index=0, logprobs=None, token_ids=None)",
         "TextDelta(text=' Welt', index=0, logprobs=None, token_ids=None)",
         "TextDelta(text='!', index=0, logprobs=None, token_ids=None)",
-        "FinishEvent(reason=<Finish.EOS: 'eos'>, index=0)",
+        "FinishEvent(reason=<Finish.EOS: 'eos'>, index=0, stop=None)",
     ]
     assert [(e.usage.prompt_tokens, e.usage.completion_tokens) for e in events if isinstance(e, UsageEvent)] == [
         (12, 3)
@@ -397,7 +397,7 @@ def test_completion_stream_with_done():
     events = _events(OUT.stream_parser(_call(Task.COMPLETION, True)), raw("completion_stream.txt"), 5)
     assert [repr(e) for e in events] == [
         "TextDelta(text=' Paris', index=0, logprobs=None, token_ids=None)",
-        "FinishEvent(reason=<Finish.LENGTH: 'length'>, index=0)",
+        "FinishEvent(reason=<Finish.LENGTH: 'length'>, index=0, stop=None)",
     ]
 
 

@@ -153,7 +153,7 @@ def tools_in(prompt: str) -> tuple[list[dict[str, Any]], int]:
 def said(text: str) -> str:
     """The last line of plain text in a stretch of prompt (markup and role names left out)."""
     lines = [line.strip() for line in _MARKUP.sub("\n", text).splitlines()]
-    kept = [line for line in lines if line and line.lower() not in _ROLES]
+    kept = [line for line in lines if line and line.lower().rstrip(":") not in _ROLES]
     return kept[-1] if kept else ""
 
 
