@@ -30,7 +30,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.skeleton import units
-from gateway.neutral.events import Event, TextDelta, TextRun, new_event
+from gateway.neutral.events import Event, TextDelta, new_event, text_events
 
 # How often a stream's events may be read whole with no template read in between before no more
 # is learned (a server whose text events differ in what the reading looks at, or whose texts are
@@ -40,40 +40,25 @@ _STR = {str}
 # How many of a read's last events that end as the template's do, but are not (a stream's
 # closing events), are left out one by one before the read is cut event by event.
 _CLOSING = 4
-# The framings a template may start with: a data line, after the event's name or not.
-_DATA = (b"data: ", b"data:")
+_DATA = (b"data: ", b"data:")  # a template's framing starts with a data line (after a name or not)
 
-# What a dialect does with a run of its template's events: given the parser reading them (a
-# function of the parser's class, not a bound method: a template that held its parser would make
-# a reference cycle of every stream), their texts in order and the values of each hole it reads
-# (by path), an entry per event, it appends what they mean to `out`.
+# What a dialect does with a run of its template's events, given the parser reading them (a plain
+# function: a template holding a bound method would make each stream a reference cycle), their
+# texts and the values of each hole it reads (by path, one per event): appends them to `out`.
 Take = Callable[[Any, list[str], dict[str, list[Any]], list[Event]], None]
 
-# What a template was learned from: the framing, each value's path, the bytes between them, the
-# values, and which are holes.
+# What a template was learned from: framing, values' paths, bytes between, values, which are holes.
 _Learned = tuple[bytes, tuple[str, ...], tuple[bytes, ...], tuple[bytes, ...], frozenset[int]]
 
 ALWAYS = True  # `varying[path]`: a hole from the first event
 SEEN = False  # a hole once it was seen to change
 
 
-def text_events(texts: list[str], index: int, out: list[Event], empty: bool = False) -> None:
-    """A run's texts as one TextRun (a lone one as a TextDelta); `empty`: an empty text is an
-    event of its own too."""
-    if not empty:
-        texts = list(filter(None, texts))
-    if len(texts) > 1:
-        out.append(new_event(TextRun, (texts, index)))
-    elif texts:
-        out.append(new_event(TextDelta, (texts[0], index, None, None)))
-
-
 class TextChunks:
-    """The template of one stream's text events: `text` is the path of the text (a string);
-    `varying` the paths of fields that may change between events (ALWAYS or SEEN); `reads`
-    those of them whose values go to `take` with the parser that reads (`owner` of `run` and
-    `event`); by default the texts become TextRun and TextDelta events, empty ones too when
-    `empty`."""
+    """The template of one stream's text events: `text` is the text's path; `varying` the paths
+    of fields that may change between events (ALWAYS or SEEN); `reads` those whose values go to
+    `take` with the reading parser (`owner` of `run` and `event`); by default the texts become
+    TextRun and TextDelta events, empty ones too when `empty`."""
 
     __slots__ = (
         "_empty",
@@ -128,9 +113,8 @@ class TextChunks:
         self._line = 0  # which line of an event is its data line
         self._middle = slice(0)  # that line's bytes between the template's lead and tail
         self._seps: tuple[bytes, ...] = ()
-        # What the template was learned from: its framing, paths and the bytes between its
-        # values, and the values themselves (a later event is compared with it).
-        # (Or, learned the cheap way, its framing and payload, read value by value when needed.)
+        # What the template was learned from (a later event is compared with it), or, learned the
+        # cheap way, its framing and payload, read value by value when needed.
         self._learned: _Learned | bytes | None = None
         self._refused: bytes | None = None  # the last read whose run `_whole` could not prove
         self._index = 0

@@ -97,3 +97,14 @@ def expand(events: list[Event]) -> list[Event]:
         else:
             out.append(ev)
     return out
+
+
+def text_events(texts: list[str], index: int, out: list[Event], empty: bool = False) -> None:
+    """A run's texts as one TextRun (a lone one as a TextDelta); `empty`: an empty text is an
+    event of its own too."""
+    if not empty:
+        texts = list(filter(None, texts))
+    if len(texts) > 1:
+        out.append(new_event(TextRun, (texts, index)))
+    elif texts:
+        out.append(new_event(TextDelta, (texts[0], index, None, None)))

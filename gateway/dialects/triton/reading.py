@@ -16,9 +16,9 @@ from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, renamed
-from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks, text_events
+from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
 from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError, body_text, clip, relaying
-from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event
+from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event, text_events
 from gateway.neutral.types import Choice, Finish, Result, Usage
 from gateway.records import record
 
