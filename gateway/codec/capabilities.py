@@ -1,13 +1,31 @@
 """Capabilities a dialect's half may have besides what its contract asks (gateway.codec.contract),
-each a small protocol the proxy discovers by type: nothing outside a dialect asks for its name."""
+each a small protocol the proxy discovers by type (`has`): nothing outside a dialect asks for its
+name."""
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from gateway.codec.contract import BackendView, Caller, Inbound
 from gateway.modelserver import PageKind
 from gateway.neutral.types import Request
 from gateway.records import record
+
+C = TypeVar("C")
+
+# Whether a class has a capability, found once per class: checking a runtime protocol walks its
+# members each time, which costs more than a pass-through read. A capability is a class's, never
+# an instance's own attribute.
+_FOUND: dict[tuple[type, type], bool] = {}
+
+
+def has(obj: object, capability: type[C]) -> TypeGuard[C]:
+    """Whether `obj` has `capability` (one of the protocols below, or the contract's `Imitates`)."""
+    key = (type(obj), capability)
+    found = _FOUND.get(key)
+    if found is None:
+        found = _FOUND[key] = isinstance(obj, capability)
+    return found
+
 
 # ---- an outbound's ---------------------------------------------------------------------------
 
@@ -107,4 +125,4 @@ class OwnKeyHeaders(Protocol):
 
 def key_headers(inbound: Inbound) -> Sequence[KeyHeader]:
     """Where clients of `inbound` may put their API key, in the order they are looked at."""
-    return inbound.key_headers if isinstance(inbound, OwnKeyHeaders) else (BEARER,)
+    return inbound.key_headers if has(inbound, OwnKeyHeaders) else (BEARER,)

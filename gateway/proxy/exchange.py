@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from gateway.codec.capabilities import Keeps, Pings, key_headers
+from gateway.codec.capabilities import Keeps, Pings, has, key_headers
 from gateway.codec.contract import Caller, Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.neutral.errors import GatewayError, Unavailable, UpstreamError, UpstreamTimeout
 from gateway.neutral.events import Event
@@ -268,7 +268,7 @@ async def _relay(
     each silence, for a renderer that pings)."""
     out = renderer.start()
     if first is SILENCE:
-        assert isinstance(renderer, Pings)
+        assert has(renderer, Pings)
         out += renderer.ping()
     elif first:
         ex.observe(first)
@@ -278,7 +278,7 @@ async def _relay(
     if first is not None:
         while (events := await stream.next()) is not None:
             if events is SILENCE:
-                assert isinstance(renderer, Pings)
+                assert has(renderer, Pings)
                 await resp.write(renderer.ping())
                 continue
             ex.observe(events)
@@ -307,7 +307,7 @@ async def _stream(
     task = asyncio.current_task()
     try:
         renderer = ep.stream_renderer(req, ctx)
-        if isinstance(renderer, Pings):
+        if has(renderer, Pings):
             stream = _Paced(stream, renderer.ping_every_s)
         # Wait for the first events before sending headers: a backend that fails at once
         # still gets the client a real error status instead of a 200 with an error inside
@@ -336,7 +336,7 @@ async def _stream(
         try:
             await within(when, _relay(resp, stream, renderer, first, ex))
             tail = renderer.end()
-            if isinstance(renderer, Keeps):
+            if has(renderer, Keeps):
                 await renderer.keep(caller)
         except ConnectionResetError:
             # A write found the client gone: normal, and the upstream closes on the way out.

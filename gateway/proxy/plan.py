@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from gateway.adapters.tooluse import ToolReading, tool_use
-from gateway.codec.capabilities import TrimsForwarded
+from gateway.codec.capabilities import TrimsForwarded, has
 from gateway.codec.contract import BackendView, Carriage, EventStream, Outbound, Reply
 from gateway.neutral.errors import InvalidRequest, Unsupported
 from gateway.neutral.params import Fate, Params, default_fate, is_off
@@ -214,7 +214,7 @@ def make_plan(
     same_wire = bool(carriage.wire) and req.wire == carriage.wire
     if same_wire and codec.forwards_same_wire:
         dropped: tuple[str, ...] = ()
-        if isinstance(codec, TrimsForwarded) and req.raw is not None and codec.trims(req):
+        if has(codec, TrimsForwarded) and req.raw is not None and codec.trims(req):
             # What the backend's servers lack is dropped (or refused) from a forwarded body too:
             # a public API refuses a field it does not know (a vLLM-style `top_k`).
             params, dropped = apply_policy(req.params, carriage.fates, backend.name, backend.dialect)
