@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway import jsonutil
-from gateway.neutral.errors import GatewayError, Kind, body_text
+from gateway.neutral.errors import GatewayError, Kind, body_text, clip
 
 # Kind -> (status, or None for the error's own; the dialect's word for the kind)
 ErrorTable = Mapping[Kind, tuple[int | None, str]]
@@ -26,3 +26,15 @@ def message_of(body: bytes, text: Callable[[Any], str]) -> str:
     except jsonutil.JSONDecodeError:
         return body_text(body)
     return text(obj)
+
+
+def error_message_in(obj: Any) -> str:
+    """The message of an error object as most servers write it: `{"error": {"message": ...}}`,
+    `{"error": "..."}` or `{"message": ...}`; else the object as text, `clip`ped."""
+    if isinstance(obj, dict):
+        err = obj.get("error") if obj.get("error") is not None else obj
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return clip(str(obj))

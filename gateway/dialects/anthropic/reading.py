@@ -4,7 +4,7 @@ and the named event stream, to the neutral form."""
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.errors import message_of
+from gateway.codec.errors import error_message_in, message_of
 from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
 from gateway.codec.textchunks import TextChunks
@@ -26,16 +26,9 @@ FINISH_WORDS = FinishWords(
 )
 
 
-def error_text(obj: Any) -> str:
-    """The message of Anthropic's error body, or of the OpenAI-shaped one vLLM sends when it
-    refuses a body before reading it as Messages."""
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-    return clip(str(obj))
+# The message of Anthropic's error body, or of the OpenAI-shaped one vLLM sends when it refuses
+# a body before reading it as Messages: both put it where most servers do.
+error_text = error_message_in
 
 
 def error_message(body: bytes) -> str:

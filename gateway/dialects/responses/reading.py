@@ -7,11 +7,11 @@ import re
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.errors import message_of
+from gateway.codec.errors import error_message_in, message_of
 from gateway.codec.parsing import EventParser, renamed
 from gateway.codec.textchunks import ALWAYS, TextChunks
 from gateway.dialects.responses.params import ToolRef, flat_name
-from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
+from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Request, Result, Usage
 from gateway.sse import encode_data
@@ -45,14 +45,7 @@ def usage_from(obj: Any) -> Usage | None:
     return Usage(obj.get("input_tokens"), obj.get("output_tokens"), extra or None)
 
 
-def error_text(obj: Any) -> str:
-    if isinstance(obj, dict):
-        err = obj.get("error") if obj.get("error") is not None else obj
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-    return clip(str(obj))
+error_text = error_message_in
 
 
 def error_message(body: bytes) -> str:
