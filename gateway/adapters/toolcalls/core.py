@@ -18,6 +18,7 @@ split, and a whole-text parse is the same machine fed once.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -50,7 +51,7 @@ class Outcome(NamedTuple):
     quiet: bool = False
 
 
-class Reader:
+class Reader(ABC):
     """Reads a format's call(s) after a marker. `buf` holds the text from the marker on and
     grows as text arrives; `i` is where reading stands; `mark` is where the call being read
     began, what a failure gives back as text. A reader reports through its stream's `on_name`,
@@ -67,9 +68,9 @@ class Reader:
         self.mark = 0
         self.loud = self.sure  # set once a call's name was read: failures count from there
 
+    @abstractmethod
     def run(self, final: bool) -> Outcome | None:
         """Read on from `i`; None when more text is needed (never when `final`)."""
-        raise NotImplementedError
 
     def done(self, at: int) -> Outcome:
         return Outcome(True, at)

@@ -6,12 +6,11 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.errors import error_message_in, message_of
 from gateway.codec.finish import FinishWords
-from gateway.codec.parsing import PARSE_ERRORS, EventParser, renamed
+from gateway.codec.parsing import EventParser, renamed
 from gateway.codec.textchunks import TextChunks
-from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
+from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Result, Usage
-from gateway.sse import SSEEvent, encode_data
 
 FINISH_WORDS = FinishWords(
     {
@@ -113,55 +112,17 @@ class MessagesStreamParser(EventParser):
         return super().feed(data)
 
     def on_event(self, data: bytes, out: list[Event]) -> None:
-        raise NotImplementedError  # events are read with their names, by `_event`
-
-    def _events(self, data: bytes) -> list[Event]:
-        if self._fault is not None:
-            raise self._fault
-        out: list[Event] = []
-        try:
-            for ev in self._decoder.feed(data):
-                self._event(ev, out)
-            if self._decoder.stray:
-                raise UpstreamError(
-                    "backend broke off the stream: " + clip(b" ".join(self._decoder.stray).decode("utf-8", "replace")),
-                    upstream_class=UpstreamClass.MIDSTREAM,
-                )
-        except PARSE_ERRORS as e:
-            if not out:
-                raise
-            self._fault = e
-        return out
-
-    def close(self) -> list[Event]:
-        if self._fault is not None:
-            raise self._fault
-        out: list[Event] = []
-        for ev in self._decoder.close():
-            self._event(ev, out)
-        if not self._done:
-            raise UpstreamError("backend stream ended before it was complete", upstream_class=UpstreamClass.MIDSTREAM)
-        return out
-
-    def _event(self, ev: SSEEvent, out: list[Event]) -> None:
-        if not ev.dispatched:  # comments, or an event line without data: a relay passes them on
-            if self._passthrough and ev.raw is not None:
-                out.append(Frame(ev.raw))
-            return
-        name, data = ev.event, ev.data
+        # Each event's payload names its kind in `type`, as its `event:` line does.
         obj = jsonutil.loads(data)
         kind = obj.get("type") if isinstance(obj, dict) else None
-        if kind == "error" or name == "error":
-            err = obj.get("error") if isinstance(obj, dict) else None
+        if kind == "error" or (kind is None and isinstance(obj, dict) and "error" in obj):
+            err = obj.get("error")
             word = err.get("type") if isinstance(err, dict) else None
             raise UpstreamError(
                 f"backend error mid-stream ({word}): {error_text(obj)}", upstream_class=UpstreamClass.MIDSTREAM
             )
         if self._passthrough:
-            lines = ev.raw if ev.raw is not None else encode_data(data)
-            if kind == "message_start" and self._rename is not None:
-                lines = renamed(lines, "model", self._rename)
-            out.append(Frame(lines))
+            out.append(Frame(self.relayed(data, "model", self._rename if kind == "message_start" else None)))
         if kind == "content_block_delta":
             delta = obj["delta"]
             self._delta(obj["index"], delta, out)
@@ -184,6 +145,10 @@ class MessagesStreamParser(EventParser):
                 out.append(UsageEvent(usage))
         elif kind == "message_stop":
             self._done = True
+
+    def on_end(self, out: list[Event]) -> None:
+        if not self._done:
+            raise UpstreamError("backend stream ended before it was complete", upstream_class=UpstreamClass.MIDSTREAM)
 
     def _start(self, index: int, block: dict[str, Any], out: list[Event]) -> None:
         kind = block["type"]
