@@ -220,11 +220,17 @@ def once(*pieces: bytes, hold: bool = True) -> Handler:
     return handle
 
 
+# Sockets bound and never listening: their ports refuse connections, and stay theirs (a port
+# let go at once could be the next one a server of the same test binds, which would answer).
+_HELD: list[socket.socket] = []
+
+
 def closed_port_url() -> str:
     """The URL of a loopback port nothing listens on: connecting is refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    _HELD.append(s)
+    return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 _LINE_END = re.compile(r"\r\n|\r|\n")

@@ -130,13 +130,13 @@ async def test_a_body_that_does_not_decode_is_a_400(upstream, make_gateway, sent
 
 async def test_large_prompts_are_tokenized_off_the_event_loop(upstream, make_gateway, tokenizer_folder, monkeypatch):
     threads: list[str] = []
-    real_count = Tokenizer.count
+    real_count = Tokenizer.count_prompt
 
     def spy(self: Tokenizer, text: str) -> int:
         threads.append(threading.current_thread().name)
         return real_count(self, text)
 
-    monkeypatch.setattr(Tokenizer, "count", spy)
+    monkeypatch.setattr(Tokenizer, "count_prompt", spy)
     upstream.reply = raw_reply(tgi_answer(), content_type="application/json")
     gw = await make_gateway(one_route("openai", "tgi", upstream.url, tokenizer=str(tokenizer_folder)))
     threads.clear()  # the counts a tokenizer's load checks itself with (once per folder and process)

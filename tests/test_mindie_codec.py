@@ -14,7 +14,7 @@ from gateway.dialects.mindie.reading import FullTextParser
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.tgi.reading import GenerateStreamParser
 from gateway.neutral.errors import InvalidRequest, UpstreamError
-from gateway.neutral.events import FinishEvent, TextDelta, UsageEvent
+from gateway.neutral.events import FinishEvent, TextDelta, UsageEvent, expand
 from gateway.neutral.params import Params
 from gateway.neutral.types import Finish
 
@@ -83,8 +83,10 @@ def test_native_inputs_rejected(body: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("step", [None, 1, 7, 64])
 def test_an_infer_token_stream_parses_however_it_is_cut(step: int | None) -> None:
-    events = parse_all(GenerateStreamParser(prompt_tokens=5), fixture("infer_token_stream.txt"), step)
+    events = expand(parse_all(GenerateStreamParser(prompt_tokens=5), fixture("infer_token_stream.txt"), step))
     texts = [e for e in events if isinstance(e, TextDelta)]
+    # Every token keeps its id, whether it was read alone or in a run of the stream's template.
+    assert all(e.token_ids for e in texts)
     assert (
         "".join(e.text for e in texts)
         == "am a French photographer based in Paris.\nI have been shooting since I was 15"

@@ -104,6 +104,9 @@ RUN_READS = [
     [TextRun(["d", "e"]), FinishEvent(Finish.LENGTH), TextRun(["r", "s"], 1), FinishEvent(Finish.EOS, 1)],
     # A text that ends in a backslash, or holds the list separator: encoded one by one.
     [TextRun(["ends in \\", 'holds ","', "x"]), TextRun(["", "y"])],
+    # Runs whose tokens name their ids (TGI's and MindIE's streams): one id, several, none at 0.
+    [TextRun(["i", "j", "k"], 0, [[11], [12, 13], [0]]), TextRun(["t", "u"], 1, [[21], [22]])],
+    [TextRun(["l", "m"], 0, [[14], [15]]), FinishEvent(Finish.STOP_STRING)],
     [UsageEvent(Usage(3, 12))],
 ]
 

@@ -89,10 +89,11 @@ def optional_tokenizer(backend: BackendView[Any]) -> Tokenizer | None:
         return None
 
 
-def count_tokens(backend: BackendView[Any], text: str) -> int | None:
-    """The backend tokenizer's count for `text`, or None when no tokenizer is configured:
-    usage for backends that do not report prompt tokens is counted, never guessed."""
-    return tokenizer_for(backend).count(text) if backend.tokenizer else None
+def count_tokens(backend: BackendView[Any], prompt: str) -> int | None:
+    """The backend tokenizer's count for `prompt`, or None when no tokenizer is configured:
+    usage for backends that do not report prompt tokens is counted, never guessed. (A prompt's
+    stretches seen before are not counted again: `Tokenizer.count_prompt`.)"""
+    return tokenizer_for(backend).count_prompt(prompt) if backend.tokenizer else None
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from typing import Any, cast
 from tokenizers import Tokenizer as _HFTokenizer
 
 from gateway.adapters.counting import PieceCounter
+from gateway.adapters.words import WordCounter
 
 _REPLACEMENT = "\ufffd"
 # Ids this many are decoded by the batch call, which releases the GIL.
@@ -88,6 +89,8 @@ class Tokenizer:
         # Counts and ids are the whole text's: no length cut or padding from tokenizer.json.
         self._tok.no_truncation()
         self._tok.no_padding()
+        self._words: WordCounter | None = None
+        self._words = WordCounter.build(self._tok, self.count)
         self._pieces = PieceCounter.build(self._tok, self.count)
 
     def _register_added(self, config: dict[str, Any], known: dict[str, int]) -> bool:
@@ -148,6 +151,11 @@ class Tokenizer:
         return text
 
     def count(self, text: str) -> int:
+        words = self._words
+        if words is not None:
+            n = words.count(text)
+            if n is not None:
+                return n
         return len(self._encoding(text, False))  # the length, without a list of every id
 
     def count_prompt(self, text: str) -> int:

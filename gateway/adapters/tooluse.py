@@ -21,7 +21,7 @@ from typing import Any
 from gateway.adapters.toolcalls import CallStream, ToolAction, ToolParser, get_parser
 from gateway.codec.contract import BackendView, Carriage, EventStream
 from gateway.neutral.errors import Unsupported
-from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, ToolCallDelta, new_event
+from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, ToolCallDelta, expand, new_event
 from gateway.neutral.params import Fate, Params
 from gateway.neutral.types import Finish, Result
 
@@ -161,21 +161,20 @@ class ToolStream:
                 st = self._choice(ev.index)
                 if st.done:
                     continue
-                if not st.logprobs and st.token_ids is None and st.calls.passes(ev.texts):
+                if ev.ids is None and not st.logprobs and st.token_ids is None and st.calls.passes(ev.texts):
                     out.append(ev)  # plain tokens: they pass as they came
-                else:
+                elif ev.ids is None:
                     for text in ev.texts:
                         self._emit(ev.index, st, st.calls.feed(text), out)
+                else:
+                    for one in expand([ev]):
+                        assert isinstance(one, TextDelta)
+                        self._text(one, st, out)
             elif kind is TextDelta:
                 assert isinstance(ev, TextDelta)
                 st = self._choice(ev.index)
-                if st.done:
-                    continue
-                if ev.token_ids:
-                    st.token_ids = [*(st.token_ids or ()), *ev.token_ids]
-                if isinstance(ev.logprobs, list):
-                    st.logprobs.extend(ev.logprobs)
-                self._emit(ev.index, st, st.calls.feed(ev.text), out)
+                if not st.done:
+                    self._text(ev, st, out)
             elif kind is FinishEvent:
                 assert isinstance(ev, FinishEvent)
                 st = self._choice(ev.index)
@@ -186,6 +185,13 @@ class ToolStream:
             else:
                 out.append(ev)
         return out
+
+    def _text(self, ev: TextDelta, st: _Choice, out: list[Event]) -> None:
+        if ev.token_ids:
+            st.token_ids = [*(st.token_ids or ()), *ev.token_ids]
+        if isinstance(ev.logprobs, list):
+            st.logprobs.extend(ev.logprobs)
+        self._emit(ev.index, st, st.calls.feed(ev.text), out)
 
     def _close(self, index: int, st: _Choice, out: list[Event]) -> bool:
         """The choice's held text and calls sent; whether it made any calls."""

@@ -20,14 +20,15 @@ class TextDelta(NamedTuple):
 
 
 class TextRun(NamedTuple):
-    """Texts of one choice that came an upstream event each, with nothing else (no log
-    probabilities, no token ids): as many TextDeltas, in one event. A stream's text chunks read
-    together from their template (gateway.codec.textchunks) come as one, so the renderers that
-    write a token per event can write the run in one go too; a consumer with a rule per token
-    takes the deltas from `expand`."""
+    """Texts of one choice that came an upstream event each, with nothing else but, where the
+    backend names them, each one's token ids (no log probabilities): as many TextDeltas, in one
+    event. A stream's text chunks read together from their template (gateway.codec.textchunks)
+    come as one, so the renderers that write a token per event can write the run in one go too;
+    a consumer with a rule per token takes the deltas from `expand`."""
 
     texts: list[str]
     index: int = 0  # type: ignore[assignment]
+    ids: list[list[int]] | None = None  # one list a text (TGI's and MindIE's streams name them)
 
 
 class ReasoningDelta(NamedTuple):
@@ -93,7 +94,11 @@ def expand(events: list[Event]) -> list[Event]:
     out: list[Event] = []
     for ev in events:
         if type(ev) is TextRun:
-            out += [TextDelta(text, ev.index) for text in ev.texts]
+            assert isinstance(ev, TextRun)
+            if ev.ids is None:
+                out += [TextDelta(text, ev.index) for text in ev.texts]
+            else:
+                out += [TextDelta(text, ev.index, None, ids) for text, ids in zip(ev.texts, ev.ids, strict=True)]
         else:
             out.append(ev)
     return out
@@ -105,6 +110,6 @@ def text_events(texts: list[str], index: int, out: list[Event], empty: bool = Fa
     if not empty:
         texts = list(filter(None, texts))
     if len(texts) > 1:
-        out.append(new_event(TextRun, (texts, index)))
+        out.append(new_event(TextRun, (texts, index, None)))
     elif texts:
         out.append(new_event(TextDelta, (texts[0], index, None, None)))

@@ -127,12 +127,16 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
         time = _dumps(round(ms, 2)) if ms else b"0.0"
         return template % (time, _dumps(tgi.ids_value(ids, None)) if ids else b"null", _dumps(d.text))
 
-    def token_frames(self, texts: list[str], ms: float) -> bytes:
-        # The first as token_frame writes it; the others came with it, 0 ms later, without ids.
-        first = self.token_frame(TextDelta(texts[0]), ms)
+    def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
+        # The first as token_frame writes it; the others came with it, 0 ms later.
+        first = self.token_frame(TextDelta(texts[0], 0, None, None if ids is None else ids[0]), ms)
         if len(texts) < 2:
             return first
-        return first + _LATER_PRE + jsonutil.strings_joined(texts[1:], _LATER_BETWEEN) + _LATER_POST
+        if ids is None:
+            return first + _LATER_PRE + jsonutil.strings_joined(texts[1:], _LATER_BETWEEN) + _LATER_POST
+        named = [b"%d" % one[0] if len(one) == 1 else _dumps(tgi.ids_value(one, None)) for one in ids[1:]]
+        later = zip(itertools.repeat(b"0.0"), named, map(_dumps, texts[1:]))
+        return first + b"".join(map(_DECODE_TOKEN.__mod__, later))
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None

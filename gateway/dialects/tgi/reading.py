@@ -1,7 +1,7 @@
 """Reading a TGI-wire upstream (Hugging Face TGI, MindIE's TGI-style and native routes):
 whole answers, error bodies and the SSE stream, to the neutral form."""
 
-from typing import Any
+from typing import Any, cast
 
 from gateway import jsonutil
 from gateway.codec.errors import message_of
@@ -9,12 +9,14 @@ from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, broken_off
 from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
-from gateway.neutral.events import Event, FinishEvent, TextDelta, UsageEvent, new_event
+from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, UsageEvent, new_event
 from gateway.neutral.types import Choice, Finish, Result, Usage
 
 # What a token event changes from one to the next besides its text: the position, the token's id
 # (which goes with the text) and log probability; MindIE's native route gives timings instead.
 _VARYING = {"index": ALWAYS, "token.id": ALWAYS, "token.logprob": ALWAYS, "prefill_time": SEEN, "decode_time": SEEN}
+
+_INT = {int}
 
 FINISH_WORDS = FinishWords({"eos_token": Finish.EOS, "stop_sequence": Finish.STOP_STRING, "length": Finish.LENGTH})
 
@@ -26,6 +28,14 @@ def ids_list(value: Any) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return value or None
     return None
+
+
+def _id_lists(values: list[Any]) -> list[list[int]] | None:
+    """A run's `token.id`s, a list each; None unless every one names its ids."""
+    if set(map(type, values)) == _INT:
+        return [[v] for v in values]  # the usual: one id a token
+    lists = list(map(ids_list, values))
+    return None if any(ids is None for ids in lists) else cast("list[list[int]]", lists)
 
 
 def error_text(obj: Any) -> str:
@@ -96,7 +106,13 @@ class GenerateStreamParser(EventParser):
 
     def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
         """A run of token events read from the template: what `on_event` does for each."""
-        for text, ident in zip(texts, held.get("token.id") or [None] * len(texts), strict=True):
+        named = held.get("token.id")
+        ids = None if named is None or len(texts) < 2 or "" in texts else _id_lists(named)
+        if ids is not None:
+            out.append(new_event(TextRun, (texts, 0, ids)))
+            self._sent += texts
+            return
+        for text, ident in zip(texts, named or [None] * len(texts), strict=True):
             if text:
                 out.append(new_event(TextDelta, (text, 0, None, ids_list(ident))))
                 self._sent.append(text)

@@ -193,8 +193,15 @@ class HoldBackRenderer(ABC):
                 # came with them, 0 ms later, and is treated as a lone delta would be.
                 if isinstance(ev, TextRun):
                     texts += ev.texts
-                    out.append(self.token_frames(ev.texts[:-1], ms))
-                    last, ms = TextDelta(ev.texts[-1]), 0.0
+                    ids = ev.ids
+                    if ids is None:
+                        out.append(self.token_frames(ev.texts[:-1], ms, None))
+                        last = TextDelta(ev.texts[-1])
+                    else:
+                        self._n_ids += sum(map(len, ids))
+                        out.append(self.token_frames(ev.texts[:-1], ms, ids[:-1]))
+                        last = TextDelta(ev.texts[-1], 0, None, ids[-1])
+                    ms = 0.0
                 else:
                     texts.append(ev.text)
                     if ev.token_ids:
@@ -229,10 +236,15 @@ class HoldBackRenderer(ABC):
         per streamed token."""
 
     @abstractmethod
-    def token_frames(self, texts: list[str], ms: float) -> bytes:
-        """The events of tokens the backend gave no ids for (a run of a fast stream's tokens),
-        the first `ms` after the one before, the others at once: what `token_frame` writes for
-        each, in one call over the texts."""
+    def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
+        """The events of tokens that came together (a run of a fast stream's tokens, with each
+        one's ids where the backend gave them), the first `ms` after the one before, the others
+        at once: what `token_frame` writes for each, in one call over the texts."""
+
+    def id_values(self, ids: list[list[int]]) -> list[bytes]:
+        """Each token's ids as its event writes them (see `ids_value`)."""
+        fl = self._fl
+        return [b"%d" % one[0] if len(one) == 1 else _dumps(ids_value(one, fl.unknown_id, fl.id_lists)) for one in ids]
 
     @abstractmethod
     def final_event(
@@ -324,15 +336,18 @@ class TGIStreamRenderer(HoldBackRenderer):
             return self._frame % (self._index, token_id, _dumps(d.text))
         return self._frame % (token_id, _dumps(d.text))
 
-    def token_frames(self, texts: list[str], ms: float) -> bytes:
+    def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
         # token_frame of each (no time in TGI's): one template filled per text in a single call,
         # or where only the text differs, the texts encoded together.
+        named = repeat(self._no_id) if ids is None else self.id_values(ids)
         if self._fl.index:
             first, self._index = self._index + 1, self._index + len(texts)
             contents = jsonutil.string_contents(texts)
             frame, values = (self._frame, map(_dumps, texts)) if contents is None else (self._quoted_frame, contents)
-            return b"".join(map(frame.__mod__, zip(range(first, self._index + 1), repeat(self._no_id), values)))
-        return self._text_pre + jsonutil.strings_joined(texts, self._between) + self._text_post
+            return b"".join(map(frame.__mod__, zip(range(first, self._index + 1), named, values, strict=False)))
+        if ids is None:
+            return self._text_pre + jsonutil.strings_joined(texts, self._between) + self._text_post
+        return b"".join(map(self._frame.__mod__, zip(named, map(_dumps, texts), strict=True)))
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
