@@ -18,6 +18,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
+from gateway.codec.capabilities import at_end
 from gateway.codec.contract import EventStream
 from gateway.neutral.errors import GatewayError, UpstreamError
 from gateway.neutral.events import TOKENS, Event, FinishEvent, UsageEvent
@@ -116,6 +117,10 @@ class _Watched:
         self._stream = stream
         self._trace = trace
         self._done = False
+
+    @property
+    def ended(self) -> bool:
+        return at_end(self._stream)
 
     async def next(self) -> list[Event] | None:
         try:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gateway.codec.capabilities import at_end
 from gateway.codec.contract import EventStream
 from gateway.neutral.events import Event, FinishEvent, ReasoningDelta, TextDelta, ToolCallDelta, expand
 from gateway.neutral.types import Finish, Result
@@ -144,6 +145,10 @@ class StopStream:
 
     def _finished(self) -> int:
         return sum(1 for st in self._states.values() if st.done)
+
+    @property
+    def ended(self) -> bool:
+        return at_end(self._inner)
 
     async def next(self) -> list[Event] | None:
         while not self._ended:

@@ -8,6 +8,7 @@ piece boundaries; the ids are the tokenizer's reading of the text the client rec
 from dataclasses import replace
 
 from gateway.adapters.tokenizer import Tokenizer
+from gateway.codec.capabilities import at_end
 from gateway.codec.contract import EventStream
 from gateway.neutral.events import Event, TextDelta, expand
 from gateway.neutral.types import Result
@@ -19,6 +20,10 @@ class TokenIdStream:
     def __init__(self, inner: EventStream, tokenizer: Tokenizer) -> None:
         self._inner = inner
         self._tok = tokenizer
+
+    @property
+    def ended(self) -> bool:
+        return at_end(self._inner)
 
     async def next(self) -> list[Event] | None:
         events = await self._inner.next()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.adapters.toolcalls import CallStream, ToolAction, ToolParser, get_parser
+from gateway.codec.capabilities import at_end
 from gateway.codec.contract import BackendView, Carriage, EventStream
 from gateway.neutral.errors import Unsupported
 from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, ToolCallDelta, expand, new_event
@@ -136,6 +137,10 @@ class ToolStream:
         if st is None:
             st = self._choices[index] = _Choice(self._reading.stream())
         return st
+
+    @property
+    def ended(self) -> bool:
+        return at_end(self._inner)
 
     async def next(self) -> list[Event] | None:
         while not self._ended:

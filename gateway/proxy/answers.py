@@ -89,6 +89,10 @@ class AnswerStream:
         self._budget = budget
         self._done = False
 
+    @property
+    def ended(self) -> bool:
+        return self._done or self._resp.ended
+
     async def next(self) -> list[Event] | None:
         if self._done:
             return None

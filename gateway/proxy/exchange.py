@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from gateway.codec.capabilities import Keeps, Pings, has, key_headers
+from gateway.codec.capabilities import Keeps, Pings, at_end, has, key_headers
 from gateway.codec.contract import Caller, Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
 from gateway.neutral.errors import GatewayError, Unavailable, UpstreamError, UpstreamTimeout
 from gateway.neutral.events import Event
@@ -245,7 +245,13 @@ class _Paced:
         self._every = every
         self._pending: asyncio.Future[list[Event] | None] | None = None
 
+    @property
+    def ended(self) -> bool:
+        return self._pending is None and at_end(self._stream)
+
     async def next(self) -> list[Event] | None:
+        if self._pending is None and at_end(self._stream):
+            return await self._stream.next()  # what is left comes without a wait
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._stream.next())
         done, _ = await asyncio.wait((self._pending,), timeout=self._every)
@@ -263,9 +269,10 @@ class _Paced:
 
 async def _relay(
     resp: web.StreamResponse, stream: EventStream, renderer: StreamRenderer, first: list[Event] | None, ex: Exchange
-) -> None:
+) -> bytes:
     """The stream's events, rendered and written as they come, up to its end (with a ping in
-    each silence, for a renderer that pings)."""
+    each silence, for a renderer that pings). What came once the backend's answer had all come
+    (`Ends`) is not written but given back, to go out with the stream's end in one write."""
     out = renderer.start()
     if first is SILENCE:
         assert has(renderer, Pings)
@@ -273,18 +280,45 @@ async def _relay(
     elif first:
         ex.observe(first)
         out += renderer.render(first)
-    if out:
-        await resp.write(out)
-    if first is not None:
-        while (events := await stream.next()) is not None:
-            if events is SILENCE:
-                assert has(renderer, Pings)
-                await resp.write(renderer.ping())
-                continue
-            ex.observe(events)
-            out = renderer.render(events)
+    if first is None:
+        return out
+    while True:
+        if out and not at_end(stream):
+            await resp.write(out)
+            out = b""
+        try:
+            events = await stream.next()
+        except GatewayError:
             if out:
-                await resp.write(out)
+                await resp.write(out)  # what came before the fault goes out before its error
+            raise
+        if events is None:
+            return out
+        if events is SILENCE:
+            assert has(renderer, Pings)
+            out += renderer.ping()
+            continue
+        ex.observe(events)
+        out += renderer.render(events)
+
+
+async def _rendered(
+    stream: EventStream, renderer: StreamRenderer, first: list[Event], ex: Exchange
+) -> tuple[bytes, bool]:
+    """A stream whose backend's answer has all come (`Ends`), rendered whole (a fault in what is
+    left, in-band as it would be streamed); whether it ended without one."""
+    out = renderer.start()
+    events: list[Event] | None = first
+    try:
+        while events is not None:
+            ex.observe(events)
+            out += renderer.render(events)
+            events = await stream.next()
+    except GatewayError as e:
+        if isinstance(e, UpstreamError):
+            ex.upstream_error = e.upstream_class.value
+        return out + renderer.error(e) + renderer.end(), False
+    return out + renderer.end(), True
 
 
 async def _stream(
@@ -323,6 +357,16 @@ async def _stream(
             headers.update(ep.headers(None, ctx))
         if plan.dropped:
             headers[DROPPED_HEADER] = ",".join(plan.dropped)
+        if first and at_end(stream):
+            # The backend's whole answer came in its first read (a short answer, a fast server):
+            # the client's goes out whole too, its head and body in one write.
+            body, whole = await _rendered(stream, renderer, first, ex)
+            if whole and has(renderer, Keeps):
+                await renderer.keep(caller)
+            answer = web.Response(status=200, body=body, headers=headers)
+            if svc.drain.closing:
+                answer.force_close()
+            return answer
         resp = web.StreamResponse(status=200, headers=headers)
         if svc.drain.closing:
             resp.force_close()
@@ -334,8 +378,8 @@ async def _stream(
         if task is not None:
             svc.drain.streams.add(task)
         try:
-            await within(when, _relay(resp, stream, renderer, first, ex))
-            tail = renderer.end()
+            tail = await within(when, _relay(resp, stream, renderer, first, ex))
+            tail += renderer.end()
             if has(renderer, Keeps):
                 await renderer.keep(caller)
         except ConnectionResetError:
@@ -358,9 +402,7 @@ async def _stream(
             log.exception("unhandled error while streaming %s", request.path)
             tail = renderer.error(GatewayError("internal gateway error")) + renderer.end()
         try:
-            if tail:
-                await resp.write(tail)
-            await resp.write_eof()
+            await resp.write_eof(tail)  # with the stream's end: one write, not two
         except ConnectionResetError:
             ex.disconnect = "streaming"
         return resp

@@ -45,6 +45,12 @@ class Answer:
             return b""
         return await conn.take()
 
+    @property
+    def ended(self) -> bool:
+        """Whether the body has all come and been taken: `chunk` says b"" without a wait."""
+        conn = self._conn
+        return conn is None or conn.drained()
+
     async def read(self, limit: int, budget: AnswerBudget | None = None) -> bytes | None:
         """The whole body, decoded; None when it is longer than `limit` bytes (nothing more is
         read, and `release` will close the connection). The event loop gets a turn every

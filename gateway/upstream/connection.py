@@ -136,6 +136,10 @@ class Connection(asyncio.Protocol):
         if self.fault is not None:
             raise self.fault.again()
 
+    def drained(self) -> bool:
+        """Whether the body has all come and been taken (undecoded): `take` says b"" at once."""
+        return self.done and not self._buf and self.decoder is None and self.fault is None
+
     async def take(self) -> bytes:
         """The body bytes that have come (decoded), waited for when none have; b"" at its end."""
         if self.decoder is not None:
