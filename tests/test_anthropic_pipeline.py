@@ -4,6 +4,7 @@ client gets, errors before and after a stream starts."""
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +257,44 @@ async def test_claude_codes_probes_and_betas_are_answered(upstream, make_gateway
     assert (await gw.get("/api/hello")).status == 200
     models = await (await gw.get("/v1/models", headers={"Authorization": "Bearer k"})).json()
     assert models["data"][0]["type"] == "model" and models["has_more"] is False
+
+
+async def test_silences_mid_stream_get_pings_and_lose_no_token(upstream, make_gateway, monkeypatch):
+    """A silence interrupts the read it falls in (one timer a stream, not one a read): what came
+    before it, half an event included, is read on afterwards, every token in order."""
+    from gateway.dialects.anthropic import render
+
+    monkeypatch.setattr(render.MessageStream, "ping_every_s", 0.02)
+    words = [f"w{n} " for n in range(12)]
+
+    async def halting(request: web.Request, rec: Recorded) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for n, word in enumerate(words):
+            frame = _chunk({"content": word})
+            if n % 3 == 2:
+                await resp.write(frame[:9])  # half an event, then a silence
+                await asyncio.sleep(0.07)
+                await resp.write(frame[9:])
+            else:
+                await resp.write(frame)
+                await asyncio.sleep(0.001)
+        for frame in (_chunk({}, "stop"), b"data: [DONE]\n\n"):
+            await resp.write(frame)
+        await resp.write_eof()
+        return resp
+
+    upstream.reply = halting
+    gw = await make_gateway(one_route("anthropic", "openai", upstream.url))
+    ask = {"model": "m", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    resp = await gw.post("/v1/messages", json=ask)
+    assert resp.status == 200
+    body = await resp.read()
+    names = [line[7:].decode() for line in body.split(b"\n") if line.startswith(b"event: ")]
+    assert names.count("ping") >= 4 and names[-1] == "message_stop"
+    texts = [
+        json.loads(line[6:])["delta"]["text"]
+        for line in body.split(b"\n")
+        if line.startswith(b"data: ") and b'"text_delta"' in line
+    ]
+    assert "".join(texts) == "".join(words)

@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Awaitable
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
@@ -236,34 +236,61 @@ SILENCE: list[Event] = []
 
 class _Paced:
     """A stream read with a limit on silence, for a renderer that `Pings`: `next` gives SILENCE
-    when the backend said nothing for `every` seconds, and the read goes on waiting."""
+    when the backend said nothing for `every` seconds, and the next `next` reads on.
 
-    __slots__ = ("_every", "_pending", "_stream")
+    One timer a stream, not one a read (a fast stream's reads come a millisecond apart): it is
+    set for `every` after the last read, and when it comes while a read has waited that long, it
+    interrupts the read (the streams below take up an interrupted read again, as nothing of it
+    was taken); otherwise it is set again for the rest of the silence."""
 
-    def __init__(self, stream: EventStream, every: float) -> None:
+    __slots__ = ("_every", "_last", "_loop", "_reading", "_silent", "_stream", "_task", "_timer")
+
+    def __init__(self, stream: EventStream, every: float, task: "asyncio.Task[Any]") -> None:
         self._stream = stream
         self._every = every
-        self._pending: asyncio.Future[list[Event] | None] | None = None
+        self._task = task
+        self._loop = task.get_loop()
+        self._last = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        self._reading = False
+        self._silent = False
 
     @property
     def ended(self) -> bool:
-        return self._pending is None and at_end(self._stream)
+        return at_end(self._stream)
 
     async def next(self) -> list[Event] | None:
-        if self._pending is None and at_end(self._stream):
+        if at_end(self._stream):
             return await self._stream.next()  # what is left comes without a wait
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._stream.next())
-        done, _ = await asyncio.wait((self._pending,), timeout=self._every)
-        if not done:
-            return SILENCE
-        read, self._pending = self._pending, None
-        return read.result()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._last + self._every, self._due)
+        self._reading = True
+        try:
+            events = await self._stream.next()
+        except asyncio.CancelledError:
+            if not self._silent:
+                raise
+            self._silent = False
+            if self._task.uncancel():
+                raise  # cancelled for another reason as well: the client left, or a deadline
+            events = SILENCE
+        finally:
+            self._reading = False
+        self._last = self._loop.time()
+        return events
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._reading and self._loop.time() - self._last >= self._every:
+            self._silent = True
+            self._task.cancel()
+        elif self._reading:
+            self._timer = self._loop.call_at(self._last + self._every, self._due)
 
     async def aclose(self) -> None:
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await self._stream.aclose()
 
 
@@ -342,7 +369,8 @@ async def _stream(
     try:
         renderer = ep.stream_renderer(req, ctx)
         if has(renderer, Pings):
-            stream = _Paced(stream, renderer.ping_every_s)
+            assert task is not None  # a request's handler runs in a task
+            stream = _Paced(stream, renderer.ping_every_s, task)
         # Wait for the first events before sending headers: a backend that fails at once
         # still gets the client a real error status instead of a 200 with an error inside
         # (unless it is silent for longer than a pinging renderer's clients wait).
