@@ -121,3 +121,23 @@ async def test_a_responses_servers_failure_is_the_clients_error(upstream, make_g
     chunks = sse_json(await (await gw.post("/v1/chat/completions", json=body)).read())
     assert chunks[0]["choices"][0]["delta"]["content"] == "Hi" or chunks[1]["choices"][0]["delta"]["content"] == "Hi"
     assert any(isinstance(c, dict) and "boom" in c.get("error", {}).get("message", "") for c in chunks)
+
+
+async def test_a_relayed_stream_cut_short_ends_with_the_next_sequence_number(upstream, make_gateway):
+    """A Responses client on a Responses server gets the events as they came, then (the server
+    gone before its last event) an error event numbered after the last of them, whether the
+    events came in one read or one a read."""
+    frames = [
+        event("response.created", sequence_number=0, response=response([], "in_progress")),
+        event("response.output_text.delta", sequence_number=1, item_id="m", output_index=0, content_index=0, delta="a"),
+        event("response.output_text.delta", sequence_number=2, item_id="m", output_index=0, content_index=0, delta="b"),
+        event("response.output_text.delta", sequence_number=3, item_id="m", output_index=0, content_index=0, delta="c"),
+    ]
+    gw = await make_gateway(one_route("openai", "responses", upstream.url))
+    for reply in (sse_reply(frames), sse_reply([b"".join(frames)]), sse_reply(frames, delay=0.01)):
+        upstream.reply = reply
+        resp = await gw.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        body = await resp.read()
+        assert resp.status == 200 and body.startswith(b"".join(frames))
+        last = jsonutil.loads(body.split(b"\n\n")[-2].split(b"data: ", 1)[1])
+        assert last["type"] == "error" and last["sequence_number"] == 4

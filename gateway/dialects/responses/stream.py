@@ -4,6 +4,7 @@ handed over as it came. Both keep what they streamed once it ended whole. See
 docs/dialects/responses.md.
 """
 
+import re
 from typing import Any
 
 from gateway import jsonutil
@@ -269,6 +270,10 @@ class ResponseStream:
             await stored.save(caller, self._final, stored.input_of(self._req))
 
 
+# An event's own sequence number (a key with its quotes unescaped is no string's content).
+_SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
+
+
 class PassthroughStream:
     """A backend's own Responses stream, each event as it came (its model renamed where the
     route renames it); its final response is kept."""
@@ -277,7 +282,8 @@ class PassthroughStream:
 
     def __init__(self, req: Request) -> None:
         self._req = req
-        self._events = 0
+        self._last = b""  # the frames last relayed
+        self._frames = 0
         self._final: dict[str, Any] | None = None
 
     def start(self) -> bytes:
@@ -289,14 +295,21 @@ class PassthroughStream:
             if type(ev) is Frame:
                 assert isinstance(ev, Frame)
                 parts.append(ev.payload)
-                self._events += ev.payload.count(b"\n\n")
+                self._last = ev.payload
+                self._frames += 1
                 if ev.final:
                     self._final = final_response(ev.payload)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def _next_sequence(self) -> int:
+        """The sequence number after the last event relayed: read from that event only when an
+        error needs it, rather than each read's events counted as they pass."""
+        numbers = _SEQUENCE.findall(self._last)
+        return int(numbers[-1]) + 1 if numbers else self._frames
+
     def error(self, err: GatewayError) -> bytes:
         body = {"type": "error", "code": failure(err)["code"], "message": err.message, "param": err.param}
-        return b"event: error\ndata: " + _dumps({**body, "sequence_number": self._events}) + b"\n\n"
+        return b"event: error\ndata: " + _dumps({**body, "sequence_number": self._next_sequence()}) + b"\n\n"
 
     def end(self) -> bytes:
         return b""
