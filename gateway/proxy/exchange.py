@@ -16,14 +16,13 @@ import re
 import time
 from collections.abc import Awaitable
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
 from gateway.codec.capabilities import Keeps, Pings, at_end, has, key_headers
-from gateway.codec.contract import Caller, Endpoint, EventStream, Inbound, RenderContext, Reply, StreamRenderer
+from gateway.codec.contract import Caller, Endpoint, Inbound, RenderContext, Reply
 from gateway.neutral.errors import GatewayError, Unavailable, UpstreamError, UpstreamTimeout
-from gateway.neutral.events import Event
 from gateway.neutral.types import Request
 from gateway.proxy import observe
 from gateway.proxy.admission import Ticket, priority_of
@@ -31,6 +30,7 @@ from gateway.proxy.intake import check_auth, read_body
 from gateway.proxy.observe import Exchange
 from gateway.proxy.peers import Arrival
 from gateway.proxy.plan import DROPPED_HEADER, Plan, pool_headers
+from gateway.proxy.relay import Paced, relay, rendered
 from gateway.proxy.routing import Route, RouteGroup
 from gateway.proxy.services import SERVICES, Services
 
@@ -230,124 +230,6 @@ async def _answer(
     return web.Response(body=out, headers=headers)
 
 
-# What a paced stream's next read is when the backend said nothing for a while.
-SILENCE: list[Event] = []
-
-
-class _Paced:
-    """A stream read with a limit on silence, for a renderer that `Pings`: `next` gives SILENCE
-    when the backend said nothing for `every` seconds, and the next `next` reads on.
-
-    One timer a stream, not one a read (a fast stream's reads come a millisecond apart): it is
-    set for `every` after the last read, and when it comes while a read has waited that long, it
-    interrupts the read (the streams below take up an interrupted read again, as nothing of it
-    was taken); otherwise it is set again for the rest of the silence."""
-
-    __slots__ = ("_every", "_last", "_loop", "_reading", "_silent", "_stream", "_task", "_timer")
-
-    def __init__(self, stream: EventStream, every: float, task: "asyncio.Task[Any]") -> None:
-        self._stream = stream
-        self._every = every
-        self._task = task
-        self._loop = task.get_loop()
-        self._last = self._loop.time()
-        self._timer: asyncio.TimerHandle | None = None
-        self._reading = False
-        self._silent = False
-
-    @property
-    def ended(self) -> bool:
-        return at_end(self._stream)
-
-    async def next(self) -> list[Event] | None:
-        if at_end(self._stream):
-            return await self._stream.next()  # what is left comes without a wait
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._last + self._every, self._due)
-        self._reading = True
-        try:
-            events = await self._stream.next()
-        except asyncio.CancelledError:
-            if not self._silent:
-                raise
-            self._silent = False
-            if self._task.uncancel():
-                raise  # cancelled for another reason as well: the client left, or a deadline
-            events = SILENCE
-        finally:
-            self._reading = False
-        self._last = self._loop.time()
-        return events
-
-    def _due(self) -> None:
-        self._timer = None
-        if self._reading and self._loop.time() - self._last >= self._every:
-            self._silent = True
-            self._task.cancel()
-        elif self._reading:
-            self._timer = self._loop.call_at(self._last + self._every, self._due)
-
-    async def aclose(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        await self._stream.aclose()
-
-
-async def _relay(
-    resp: web.StreamResponse, stream: EventStream, renderer: StreamRenderer, first: list[Event] | None, ex: Exchange
-) -> bytes:
-    """The stream's events, rendered and written as they come, up to its end (with a ping in
-    each silence, for a renderer that pings). What came once the backend's answer had all come
-    (`Ends`) is not written but given back, to go out with the stream's end in one write."""
-    out = renderer.start()
-    if first is SILENCE:
-        assert has(renderer, Pings)
-        out += renderer.ping()
-    elif first:
-        ex.observe(first)
-        out += renderer.render(first)
-    if first is None:
-        return out
-    while True:
-        if out and not at_end(stream):
-            await resp.write(out)
-            out = b""
-        try:
-            events = await stream.next()
-        except GatewayError:
-            if out:
-                await resp.write(out)  # what came before the fault goes out before its error
-            raise
-        if events is None:
-            return out
-        if events is SILENCE:
-            assert has(renderer, Pings)
-            out += renderer.ping()
-            continue
-        ex.observe(events)
-        out += renderer.render(events)
-
-
-async def _rendered(
-    stream: EventStream, renderer: StreamRenderer, first: list[Event], ex: Exchange
-) -> tuple[bytes, bool]:
-    """A stream whose backend's answer has all come (`Ends`), rendered whole (a fault in what is
-    left, in-band as it would be streamed); whether it ended without one."""
-    out = renderer.start()
-    events: list[Event] | None = first
-    try:
-        while events is not None:
-            ex.observe(events)
-            out += renderer.render(events)
-            events = await stream.next()
-    except GatewayError as e:
-        if isinstance(e, UpstreamError):
-            ex.upstream_error = e.upstream_class.value
-        return out + renderer.error(e) + renderer.end(), False
-    return out + renderer.end(), True
-
-
 async def _stream(
     request: web.Request,
     ep: Endpoint,
@@ -370,7 +252,7 @@ async def _stream(
         renderer = ep.stream_renderer(req, ctx)
         if has(renderer, Pings):
             assert task is not None  # a request's handler runs in a task
-            stream = _Paced(stream, renderer.ping_every_s, task)
+            stream = Paced(stream, renderer.ping_every_s, task)
         # Wait for the first events before sending headers: a backend that fails at once
         # still gets the client a real error status instead of a 200 with an error inside
         # (unless it is silent for longer than a pinging renderer's clients wait).
@@ -388,7 +270,7 @@ async def _stream(
         if first and at_end(stream):
             # The backend's whole answer came in its first read (a short answer, a fast server):
             # the client's goes out whole too, its head and body in one write.
-            body, whole = await _rendered(stream, renderer, first, ex)
+            body, whole = await rendered(stream, renderer, first, ex)
             if whole and has(renderer, Keeps):
                 await renderer.keep(caller)
             answer = web.Response(status=200, body=body, headers=headers)
@@ -406,7 +288,7 @@ async def _stream(
         if task is not None:
             svc.drain.streams.add(task)
         try:
-            tail = await within(when, _relay(resp, stream, renderer, first, ex))
+            tail = await within(when, relay(resp, stream, renderer, first, ex))
             tail += renderer.end()
             if has(renderer, Keeps):
                 await renderer.keep(caller)

@@ -1,0 +1,132 @@
+"""A stream's events on their way to the client: read with a limit on silence (`Paced`, for
+a renderer that pings), rendered and written as they come (`relay`), and what came once the
+backend's answer had all come kept back to go out with the stream's end; a stream whose whole
+answer came at once, rendered whole (`rendered`)."""
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from gateway.codec.capabilities import Pings, at_end, has
+from gateway.codec.contract import EventStream, StreamRenderer
+from gateway.neutral.errors import GatewayError, UpstreamError
+from gateway.neutral.events import Event
+from gateway.proxy.observe import Exchange
+
+# What a paced stream's next read is when the backend said nothing for a while.
+SILENCE: list[Event] = []
+
+
+class Paced:
+    """A stream read with a limit on silence, for a renderer that `Pings`: `next` gives SILENCE
+    when the backend said nothing for `every` seconds, and the next `next` reads on.
+
+    One timer a stream, not one a read (a fast stream's reads come a millisecond apart): it is
+    set for `every` after the last read, and when it comes while a read has waited that long, it
+    interrupts the read (the streams below take up an interrupted read again, as nothing of it
+    was taken); otherwise it is set again for the rest of the silence."""
+
+    __slots__ = ("_every", "_last", "_loop", "_reading", "_silent", "_stream", "_task", "_timer")
+
+    def __init__(self, stream: EventStream, every: float, task: "asyncio.Task[Any]") -> None:
+        self._stream = stream
+        self._every = every
+        self._task = task
+        self._loop = task.get_loop()
+        self._last = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        self._reading = False
+        self._silent = False
+
+    @property
+    def ended(self) -> bool:
+        return at_end(self._stream)
+
+    async def next(self) -> list[Event] | None:
+        if at_end(self._stream):
+            return await self._stream.next()  # what is left comes without a wait
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._last + self._every, self._due)
+        self._reading = True
+        try:
+            events = await self._stream.next()
+        except asyncio.CancelledError:
+            if not self._silent:
+                raise
+            self._silent = False
+            if self._task.uncancel():
+                raise  # cancelled for another reason as well: the client left, or a deadline
+            events = SILENCE
+        finally:
+            self._reading = False
+        self._last = self._loop.time()
+        return events
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._reading and self._loop.time() - self._last >= self._every:
+            self._silent = True
+            self._task.cancel()
+        elif self._reading:
+            self._timer = self._loop.call_at(self._last + self._every, self._due)
+
+    async def aclose(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        await self._stream.aclose()
+
+
+async def relay(
+    resp: web.StreamResponse, stream: EventStream, renderer: StreamRenderer, first: list[Event] | None, ex: Exchange
+) -> bytes:
+    """The stream's events, rendered and written as they come, up to its end (with a ping in
+    each silence, for a renderer that pings). What came once the backend's answer had all come
+    (`Ends`) is not written but given back, to go out with the stream's end in one write."""
+    out = renderer.start()
+    if first is SILENCE:
+        assert has(renderer, Pings)
+        out += renderer.ping()
+    elif first:
+        ex.observe(first)
+        out += renderer.render(first)
+    if first is None:
+        return out
+    while True:
+        if out and not at_end(stream):
+            await resp.write(out)
+            out = b""
+        try:
+            events = await stream.next()
+        except GatewayError:
+            if out:
+                await resp.write(out)  # what came before the fault goes out before its error
+            raise
+        if events is None:
+            return out
+        if events is SILENCE:
+            assert has(renderer, Pings)
+            out += renderer.ping()
+            continue
+        ex.observe(events)
+        out += renderer.render(events)
+
+
+async def rendered(
+    stream: EventStream, renderer: StreamRenderer, first: list[Event], ex: Exchange
+) -> tuple[bytes, bool]:
+    """A stream whose backend's answer has all come (`Ends`), rendered whole (a fault in what is
+    left, in-band as it would be streamed); whether it ended without one."""
+    out = renderer.start()
+    events: list[Event] | None = first
+    try:
+        while events is not None:
+            ex.observe(events)
+            out += renderer.render(events)
+            events = await stream.next()
+    except GatewayError as e:
+        if isinstance(e, UpstreamError):
+            ex.upstream_error = e.upstream_class.value
+        return out + renderer.error(e) + renderer.end(), False
+    return out + renderer.end(), True
