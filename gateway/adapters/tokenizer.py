@@ -89,7 +89,7 @@ class Tokenizer:
         # Counts and ids are the whole text's: no length cut or padding from tokenizer.json.
         self._tok.no_truncation()
         self._tok.no_padding()
-        self._words: WordCounter | None = None
+        self._words: WordCounter | None = None  # `count` checks the word counter before it is kept
         self._words = WordCounter.build(self._tok, self.count)
         self._pieces = PieceCounter.build(self._tok, self.count)
 

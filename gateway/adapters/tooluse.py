@@ -168,9 +168,6 @@ class ToolStream:
                     continue
                 if ev.ids is None and not st.logprobs and st.token_ids is None and st.calls.passes(ev.texts):
                     out.append(ev)  # plain tokens: they pass as they came
-                elif ev.ids is None:
-                    for text in ev.texts:
-                        self._emit(ev.index, st, st.calls.feed(text), out)
                 else:
                     for one in expand([ev]):
                         assert isinstance(one, TextDelta)

@@ -30,7 +30,7 @@ from gateway.proxy.intake import check_auth, read_body
 from gateway.proxy.observe import Exchange
 from gateway.proxy.peers import Arrival
 from gateway.proxy.plan import DROPPED_HEADER, Plan, pool_headers
-from gateway.proxy.relay import Paced, relay, rendered
+from gateway.proxy.relay import Paced, fault_tail, relay, rendered
 from gateway.proxy.routing import Route, RouteGroup
 from gateway.proxy.services import SERVICES, Services
 
@@ -297,9 +297,7 @@ async def _stream(
             ex.disconnect = "streaming" if ex.first_token else "before_first_token"
             return resp
         except GatewayError as e:
-            if isinstance(e, UpstreamError):
-                ex.upstream_error = e.upstream_class.value
-            tail = renderer.error(e) + renderer.end()
+            tail = fault_tail(renderer, e, ex)
         except asyncio.CancelledError:
             if not svc.drain.ending or task is None:
                 raise  # the client left

@@ -113,6 +113,13 @@ async def relay(
         out += renderer.render(events)
 
 
+def fault_tail(renderer: StreamRenderer, e: GatewayError, ex: Exchange) -> bytes:
+    """A stream's end after a fault once its head went out: the error in-band, then the end."""
+    if isinstance(e, UpstreamError):
+        ex.upstream_error = e.upstream_class.value
+    return renderer.error(e) + renderer.end()
+
+
 async def rendered(
     stream: EventStream, renderer: StreamRenderer, first: list[Event], ex: Exchange
 ) -> tuple[bytes, bool]:
@@ -126,7 +133,5 @@ async def rendered(
             out += renderer.render(events)
             events = await stream.next()
     except GatewayError as e:
-        if isinstance(e, UpstreamError):
-            ex.upstream_error = e.upstream_class.value
-        return out + renderer.error(e) + renderer.end(), False
+        return out + fault_tail(renderer, e, ex), False
     return out + renderer.end(), True

@@ -134,8 +134,7 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
             return first
         if ids is None:
             return first + _LATER_PRE + jsonutil.strings_joined(texts[1:], _LATER_BETWEEN) + _LATER_POST
-        named = [b"%d" % one[0] if len(one) == 1 else _dumps(tgi.ids_value(one, None)) for one in ids[1:]]
-        later = zip(itertools.repeat(b"0.0"), named, map(_dumps, texts[1:]))
+        later = zip(itertools.repeat(b"0.0"), self.id_values(ids[1:]), map(_dumps, texts[1:]), strict=False)
         return first + b"".join(map(_DECODE_TOKEN.__mod__, later))
 
     def final_event(

@@ -194,14 +194,10 @@ class HoldBackRenderer(ABC):
                 if isinstance(ev, TextRun):
                     texts += ev.texts
                     ids = ev.ids
-                    if ids is None:
-                        out.append(self.token_frames(ev.texts[:-1], ms, None))
-                        last = TextDelta(ev.texts[-1])
-                    else:
+                    if ids is not None:
                         self._n_ids += sum(map(len, ids))
-                        out.append(self.token_frames(ev.texts[:-1], ms, ids[:-1]))
-                        last = TextDelta(ev.texts[-1], 0, None, ids[-1])
-                    ms = 0.0
+                    out.append(self.token_frames(ev.texts[:-1], ms, None if ids is None else ids[:-1]))
+                    last, ms = TextDelta(ev.texts[-1], 0, None, None if ids is None else ids[-1]), 0.0
                 else:
                     texts.append(ev.text)
                     if ev.token_ids:
