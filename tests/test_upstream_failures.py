@@ -109,19 +109,26 @@ def ours(o: object) -> bool:
     return type(o).__module__.startswith("gateway.")
 
 
-@pytest.mark.parametrize("fanned_out", [False, True], ids=["one-part", "fanned-out"])
+@pytest.mark.parametrize("how", ["one-part", "fanned-out", "messages-client"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("case", sorted(FAILING))
-async def test_a_failed_request_leaves_nothing_for_the_collector(make_gateway, case, stream, fanned_out):
+async def test_a_failed_request_leaves_nothing_for_the_collector(make_gateway, case, stream, how):
     """A failed request's error, connection and body are freed when the client has its answer:
     none is left in a reference cycle (an error held by a frame it went up through, a connection
-    holding its fault) for the collector, whose next pass may be thousands of requests away."""
+    holding its fault, a stream's silence timer) for the collector, whose next pass may be
+    thousands of requests away."""
     handler, replicas = FAILING[case]
     async with Server(handler or answering()) as srv:
         urls = [srv.url if handler else closed_port_url() for _ in range(replicas)]
-        if fanned_out:  # TGI generates one choice a request: n=3 is three upstream requests
+        if how == "fanned-out":  # TGI generates one choice a request: n=3 is three upstream requests
             gw = await make_gateway(config(urls, "tgi", retries=replicas - 1))
             path, body = "/v1/completions", {"model": "m", "prompt": PROMPT, "n": 3, "stream": stream}
+        elif how == "messages-client":  # an Anthropic client: its stream is read with a limit on silence
+            cfg = config(urls, retries=replicas - 1)
+            cfg["routes"][0]["dialect"] = "anthropic"
+            gw = await make_gateway(cfg)
+            messages = [{"role": "user", "content": PROMPT}]
+            path, body = "/v1/messages", {"model": "m", "max_tokens": 8, "messages": messages, "stream": stream}
         else:
             gw = await make_gateway(config(urls, retries=replicas - 1))
             path, body = "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": PROMPT}]}
