@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.codec.parsing import PARSE_ERRORS, EventParser
+from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser
 from gateway.dialects.anthropic.reading import MessagesStreamParser
 from gateway.dialects.responses.reading import ResponsesStreamParser
 from gateway.neutral.events import TOKENS, Event, Frame
@@ -29,13 +29,16 @@ STREAMS: dict[str, tuple[Callable[[bytes | None], EventParser], str]] = {
 }
 
 
-def relayed(parser: EventParser, data: bytes, cuts: list[int]) -> tuple[bytes, list[Event], str | None]:
-    """The bytes a client gets, what else was read (but the token marks), and the fault."""
+def relayed(
+    parser: EventParser, data: bytes, cuts: list[int], whole: bool = False
+) -> tuple[bytes, list[Event], str | None]:
+    """The bytes a client gets, what else was read (but the token marks), and the fault; `whole`:
+    every event read whole (the runs left out)."""
     events: list[Event] = []
     at, fault = 0, None
     try:
         for cut in [*cuts, len(data)]:
-            events += parser.feed(data[at:cut])
+            events += EventParser.feed(parser, data[at:cut]) if whole else parser.feed(data[at:cut])
             at = cut
         events += parser.close()
     except PARSE_ERRORS as e:
@@ -55,8 +58,7 @@ def test_a_passthrough_relays_every_byte_and_reads_what_the_full_reading_reads(n
     if not recorded.endswith(b"\n\n"):
         recorded += b"\n\n"
     data = lengthened(recorded, path, rng)
-    # Read event by event (the runs never start: each read begins with another event first).
-    reference = relayed(factory(rename), data, event_cuts(data))
+    reference = relayed(factory(rename), data, event_cuts(data), whole=True)
     frames, _, fault = reference
     assert fault is None
     if rename is None:
@@ -64,6 +66,16 @@ def test_a_passthrough_relays_every_byte_and_reads_what_the_full_reading_reads(n
     else:
         assert frames.count(b'"model":' + NAME) >= 1
         assert MODEL.sub(b"", frames) == MODEL.sub(b"", data)
+    # A model server's pace: one event a read, each token event relayed as a run of one.
+    assert relayed(factory(rename), data, event_cuts(data)) == reference
+    paced, at, runs = factory(rename), 0, 0
+    for cut in [*event_cuts(data), len(data)]:
+        runs += sum(e is A_TOKEN for e in paced.feed(data[at:cut]))
+        at = cut
+    token_event = (
+        b"event: content_block_delta\n" if name.startswith("anthropic") else b"event: response.output_text.delta\n"
+    )
+    assert runs == data.count(token_event) > 0
     for _ in range(20):
         cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 5)))
         assert relayed(factory(rename), data, cuts) == reference, cuts

@@ -76,15 +76,19 @@ def named_run(data: bytes, name: bytes, kind: bytes) -> int:
     # Back from the read's end over the events that need reading (a block's or the message's
     # end, usage) to the last token event; what comes before it must be token events too.
     end = data.rfind(b"\n\n") + 2
+    if end < 2:
+        return 0
     for _ in range(8):  # a stream's end is a few events
-        start = data.rfind(b"\n\n", 0, end - 2) + 2 if end >= 2 else 0
-        if end < 2 or data.startswith(head, start):
+        # The start of the last event before `end`: the read's own start when it is the first.
+        found = data.rfind(b"\n\n", 0, end - 2)
+        start = found + 2 if found >= 0 else 0
+        if data.startswith(head, start):
             break
         end = start
     else:
         return 0
     events = data.count(head, 0, end)
-    if end < 2 or data.count(b"\n", 0, end) != 3 * events or data.count(kind, 0, end) != events:
+    if data.count(b"\n", 0, end) != 3 * events or data.count(kind, 0, end) != events:
         return 0
     return end
 
