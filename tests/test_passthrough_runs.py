@@ -1,7 +1,7 @@
 """A pass-through relays a stream's bytes as they came (the model renamed where the route renames
-it), however the reads are cut: the token events of Anthropic's Messages and the Responses API go
-out undecoded in runs, and what the gateway reads of the rest (finish, usage, faults) is what
-reading every event gives."""
+it), however the reads are cut: the token events of OpenAI's chunks, Anthropic's Messages and the
+Responses API go out undecoded in runs (one event a read included, a model server's pace), and
+what the gateway reads of the rest (finish, usage, faults) is what reading every event gives."""
 
 import random
 import re
@@ -12,6 +12,8 @@ import pytest
 
 from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser
 from gateway.dialects.anthropic.reading import MessagesStreamParser
+from gateway.dialects.openai.reading import A_TOKEN as OPENAI_TOKEN
+from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.responses.reading import ResponsesStreamParser
 from gateway.neutral.events import TOKENS, Event, Frame
 from tests.test_textchunks import event_cuts
@@ -21,11 +23,56 @@ FIX = Path(__file__).parent / "fixtures"
 NAME = b'"gpt-4o-mini"'
 MODEL = re.compile(rb'"model":"[^"]*"')
 
-STREAMS: dict[str, tuple[Callable[[bytes | None], EventParser], str]] = {
-    "anthropic/sdk_basic_stream.sse": (lambda r: MessagesStreamParser(True, r), "delta.text"),
-    "anthropic/sdk_tool_use_stream.sse": (lambda r: MessagesStreamParser(True, r), "delta.text"),
-    "anthropic/vllm_max_tokens_stream.sse": (lambda r: MessagesStreamParser(True, r), "delta.text"),
-    "responses/vllm_stream.txt": (lambda r: ResponsesStreamParser(True, r), "delta"),
+
+def named(name: bytes) -> Callable[[bytes], int]:
+    """How many events of a stream are token events named `name`."""
+    return lambda data: data.count(b"event: " + name + b"\n")
+
+
+def openai_tokens(data: bytes) -> int:
+    """How many events of an OpenAI chunk stream carry a token: a choice under way, not empty."""
+    return sum(b'"finish_reason":null' in e and b'"content":""' not in e for e in data.split(b"\n\n"))
+
+
+# A fixture: its parser (given the name it renames the model to), the text's path, the event a
+# run relayed undecoded adds for the metrics, and how many token events the stream has.
+STREAMS: dict[str, tuple[Callable[[bytes | None], EventParser], str, Event, Callable[[bytes], int]]] = {
+    "anthropic/sdk_basic_stream.sse": (
+        lambda r: MessagesStreamParser(True, r),
+        "delta.text",
+        A_TOKEN,
+        named(b"content_block_delta"),
+    ),
+    "anthropic/sdk_tool_use_stream.sse": (
+        lambda r: MessagesStreamParser(True, r),
+        "delta.text",
+        A_TOKEN,
+        named(b"content_block_delta"),
+    ),
+    "anthropic/vllm_max_tokens_stream.sse": (
+        lambda r: MessagesStreamParser(True, r),
+        "delta.text",
+        A_TOKEN,
+        named(b"content_block_delta"),
+    ),
+    "responses/vllm_stream.txt": (
+        lambda r: ResponsesStreamParser(True, r),
+        "delta",
+        A_TOKEN,
+        named(b"response.output_text.delta"),
+    ),
+    "openai/vllm_chat_stream.sse": (
+        lambda r: OpenAIStreamParser(True, True, r),
+        "choices.delta.content",
+        OPENAI_TOKEN,
+        openai_tokens,
+    ),
+    "openai/chat_stream.sse": (
+        lambda r: OpenAIStreamParser(True, True, r),
+        "choices.delta.content",
+        OPENAI_TOKEN,
+        openai_tokens,
+    ),
 }
 
 
@@ -52,7 +99,7 @@ def relayed(
 @pytest.mark.parametrize("name", sorted(STREAMS))
 @pytest.mark.parametrize("rename", [None, NAME])
 def test_a_passthrough_relays_every_byte_and_reads_what_the_full_reading_reads(name: str, rename: bytes | None):
-    factory, path = STREAMS[name]
+    factory, path, mark, tokens = STREAMS[name]
     rng = random.Random(name)
     recorded = (FIX / name).read_bytes()
     if not recorded.endswith(b"\n\n"):
@@ -61,21 +108,19 @@ def test_a_passthrough_relays_every_byte_and_reads_what_the_full_reading_reads(n
     reference = relayed(factory(rename), data, event_cuts(data), whole=True)
     frames, _, fault = reference
     assert fault is None
+    sent = data.replace(b"data: [DONE]\n\n", b"")  # OpenAI's end: its renderer's to write
     if rename is None:
-        assert frames == data
+        assert frames == sent
     else:
         assert frames.count(b'"model":' + NAME) >= 1
-        assert MODEL.sub(b"", frames) == MODEL.sub(b"", data)
+        assert MODEL.sub(b"", frames) == MODEL.sub(b"", sent)
     # A model server's pace: one event a read, each token event relayed as a run of one.
     assert relayed(factory(rename), data, event_cuts(data)) == reference
     paced, at, runs = factory(rename), 0, 0
     for cut in [*event_cuts(data), len(data)]:
-        runs += sum(e is A_TOKEN for e in paced.feed(data[at:cut]))
+        runs += sum(e is mark for e in paced.feed(data[at:cut]))
         at = cut
-    token_event = (
-        b"event: content_block_delta\n" if name.startswith("anthropic") else b"event: response.output_text.delta\n"
-    )
-    assert runs == data.count(token_event) > 0
+    assert runs == tokens(data) > 0
     for _ in range(20):
         cuts = sorted(rng.sample(range(1, len(data)), k=rng.randint(0, 5)))
         assert relayed(factory(rename), data, cuts) == reference, cuts

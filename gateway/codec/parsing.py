@@ -54,13 +54,15 @@ class Renamer:
 
     def __call__(self, data: bytes) -> bytes:
         old = self._old
-        if not old or old not in data:
+        seen = data.count(old) if old else 0
+        if not seen:
             found = _field(self._key).search(data)
             if found is None:
                 return data
             old = self._old = found.group(0)
             self._new = self._quoted + found.group(1) + self._name
-        if data.count(old) == data.count(self._quoted):
+            seen = data.count(old)
+        if seen == data.count(self._quoted):
             return data.replace(old, self._new)
         return renamed(data, self._key, self._name, 0)
 
@@ -71,7 +73,7 @@ def named_run(data: bytes, name: bytes, kind: bytes) -> int:
     nothing else: a pass-through's token events, which go to the client undecoded. 0 when the
     read does not start that way. (Counted, not split: these scans are the whole cost.)"""
     head = b"event: " + name + b"\ndata: "
-    if not data.startswith(head) or b"\r" in data:
+    if not data.startswith(head) or 13 in data:  # a CR (its code: found by memchr)
         return 0
     # Back from the read's end over the events that need reading (a block's or the message's
     # end, usage) to the last token event; what comes before it must be token events too.

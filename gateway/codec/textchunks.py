@@ -63,12 +63,12 @@ class TextChunks:
     __slots__ = (
         "_empty",
         "_framing",
+        "_held",
         "_index",
         "_lead",
         "_learned",
         "_line",
         "_middle",
-        "_names",
         "_per",
         "_pre",
         "_reads",
@@ -104,7 +104,7 @@ class TextChunks:
         self._segs: tuple[bytes, ...] = ()  # the bytes between holes, in order
         self._per = 1  # holes an event (the text is one)
         self._text_at = 0  # which hole is the text
-        self._names: tuple[str, ...] = ()  # each hole's path
+        self._held: tuple[tuple[str, int], ...] = ()  # the holes `take` reads: path, place
         self._lead = b""  # an event's first bytes: the framing and the payload's up to the first hole
         # For a run of events: where each ends (the bytes after the last hole and the blank
         # line), and the bytes that follow each hole of a run put back together (the last: to
@@ -222,7 +222,7 @@ class TextChunks:
         self._suf = payload[spans[-1][1] :]
         self._per = len(spans)
         self._text_at = text_at
-        self._names = names
+        self._held = tuple((name, n) for n, name in enumerate(names) if name in self._reads)
         self._index = index
         self._framing = framing
         self._lead = framing + self._pre
@@ -237,9 +237,7 @@ class TextChunks:
         (one part that holds two values, or a text that is not one string, and the event is
         something else, read the full way)."""
         body = b",".join(parts)
-        if b"\n" in body or b"\r" in body:
-            # A part of more than one line (or event) is no part of the template: a CR ends a
-            # line too, where JSON would take it for white space.
+        if 10 in body or 13 in body:  # a part of two lines (a CR ends one too) is not the template's
             return False
         per = self._per
         try:
@@ -260,16 +258,17 @@ class TextChunks:
         if len(values) != len(parts):
             return False
         texts = values[self._text_at :: per] if per > 1 else values
-        if set(map(type, texts)) != _STR:
+        if len(texts) == 1:
+            if type(texts[0]) is not str:
+                return False
+        elif set(map(type, texts)) != _STR:
             return False
         self._tries = _TRIES
         self.read += len(texts)
         if self._take is None:
             text_events(texts, self._index, out, self._empty)
         else:
-            names = self._names
-            held = {name: values[n::per] for n, name in enumerate(names) if name in self._reads}
-            self._take(owner, texts, held, out)
+            self._take(owner, texts, {name: values[n::per] for name, n in self._held}, out)
         return True
 
     def _parts(self, payload: bytes, parts: list[bytes]) -> bool:
@@ -290,7 +289,7 @@ class TextChunks:
         """Whether `payload` (an event's data, its framing gone) is a text event of a template
         that is framed as a data line alone; its text, if so, is appended to `out`."""
         pre = self._pre
-        if pre is None or b"\n" in self._framing or not payload.startswith(pre) or not payload.endswith(self._suf):
+        if pre is None or 10 in self._framing or not payload.startswith(pre) or not payload.endswith(self._suf):
             return False
         parts: list[bytes] = []
         return self._parts(self._framing + payload, parts) and self._decode(parts, out, owner)

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.codec.capabilities import Pings, at_end, has
+from gateway.codec.capabilities import Ends, Pings, at_end, has
 from gateway.codec.contract import EventStream, StreamRenderer
 from gateway.neutral.errors import GatewayError, UpstreamError
 from gateway.neutral.events import Event
@@ -93,8 +93,9 @@ async def relay(
         out += renderer.render(first)
     if first is None:
         return out
+    ending = stream if has(stream, Ends) else None  # asked after each read: found once
     while True:
-        if out and not at_end(stream):
+        if out and not (ending is not None and ending.ended):
             await resp.write(out)
             out = b""
         try:

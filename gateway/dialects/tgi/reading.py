@@ -107,7 +107,15 @@ class GenerateStreamParser(EventParser):
     def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
         """A run of token events read from the template: what `on_event` does for each."""
         named = held.get("token.id")
-        ids = None if named is None or len(texts) < 2 or "" in texts else _id_lists(named)
+        if len(texts) == 1:  # a model server's pace: an event a read
+            text = texts[0]
+            if text:
+                ident = named[0] if named else None
+                one = [ident] if type(ident) is int else ids_list(ident)
+                out.append(new_event(TextDelta, (text, 0, None, one)))
+                self._sent.append(text)
+            return
+        ids = None if named is None or "" in texts else _id_lists(named)
         if ids is not None:
             out.append(new_event(TextRun, (texts, 0, ids)))
             self._sent += texts

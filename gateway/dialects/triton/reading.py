@@ -252,10 +252,15 @@ class TritonStreamParser(EventParser):
     def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
         """A run of text events read from the template: what `on_event` does for each."""
         reader = self._reader
-        reader.text += filter(None, texts)
         fold = reader.st.reading.fold
         if fold is not None:
             fold(reader, held)
+        if len(texts) == 1:  # a model server's pace: an event a read
+            if texts[0]:
+                reader.text.append(texts[0])
+                out.append(new_event(TextDelta, (texts[0], 0, None, None)))
+            return
+        reader.text += filter(None, texts)
         text_events(texts, 0, out)
 
     def on_end(self, out: list[Event]) -> None:
@@ -356,12 +361,15 @@ def _fold_trtllm(reader: Reader, held: dict[str, list[Any]]) -> None:
 
 def _fold_vllm(reader: Reader, held: dict[str, list[Any]]) -> None:
     # As `_take_vllm` reads each event: the last input count stands, output counts add up.
-    inputs = [n for n in map(_first, held.get("num_input_tokens", ())) if isinstance(n, int)]
-    if inputs:
-        reader.prompt_tokens = inputs[-1]
-    outputs = [n for n in map(_first, held.get("num_output_tokens", ())) if isinstance(n, int)]
+    for n in reversed(held.get("num_input_tokens", ())):
+        if isinstance(n := _first(n), int):
+            reader.prompt_tokens = n
+            break
+    outputs = held.get("num_output_tokens")
     if outputs:
-        reader.completion_tokens = (reader.completion_tokens or 0) + sum(outputs)
+        counted = [n for n in map(_first, outputs) if isinstance(n, int)]
+        if counted:
+            reader.completion_tokens = (reader.completion_tokens or 0) + sum(counted)
 
 
 def _fold_mindie(reader: Reader, held: dict[str, list[Any]]) -> None:
