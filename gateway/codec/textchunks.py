@@ -301,16 +301,14 @@ class TextChunks:
         if self._pre is None or not data.startswith(self._lead, start):
             return start  # not even the first: no need to cut the read
         last = len(data) - 2
-        if data.find(b"\n\n", start) == last:
-            # The read is this one event (a model's stream: an event a write).
+        if data.find(b"\n\n", start) == last:  # the read is this one event (a model's pace)
             event = data[start:last]
             one: list[bytes] = []
             if event.endswith(self._suf) and self._parts(event, one) and self._decode(one, out, owner):
                 return last + 2
             return start
         if data is not self._refused:
-            # The run up to the read's last event that ends as the template's do; where a
-            # stream's closing events end that way too, up to the one before, and so on.
+            # The run up to the read's last event that is the template's (not a closing one).
             stop = len(data)
             for _ in range(_CLOSING):
                 whole, used, stop = self._whole(data, start, stop)
@@ -318,8 +316,7 @@ class TextChunks:
                     return used
                 if stop <= start:
                     break
-            # Refused, the read is cut event by event, and not tried whole again after each
-            # other event in it (which would take a read of many apart as many times).
+            # Refused: cut event by event, and not tried whole after each other event in it.
             self._refused = data
         parts, used = self._cut(data, start)
         if not parts or self._decode(parts, out, owner):
@@ -343,11 +340,15 @@ class TextChunks:
         if found < 0:
             return None, start, start
         end = found + len(self._tail)
+        # A stream's closing events may end as the template's do: the last one is looked at first.
+        last = data.rfind(b"\n\n", start, found)
+        last = last + 2 if last >= 0 else start
+        if not data.startswith(self._lead, last) or not self._parts(data[last : end - 2], []):
+            return None, start, found
         run = data[start:end]
-        # Each event's bytes between its lead and its tail, from its data line (the event's lines
-        # but its `event:` one, and the blank one after it), when the read is as it should be:
-        # the check below is what proves it. (A split at the line ends, which memchr finds, costs
-        # a fraction of one at the long bytes between the events.)
+        # Each event's bytes between its lead and its tail, from its data line, if the read is as
+        # it should be (the check below proves it). A split at line ends (memchr) costs a fraction
+        # of one at the long bytes between the events.
         lines = run.split(b"\n")
         middles = list(map(itemgetter(self._middle), lines[self._line : len(lines) - 1 : self._line + 2]))
         segs = self._segs
