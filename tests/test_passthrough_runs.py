@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser
+from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser, Renamer, renamed
 from gateway.dialects.anthropic.reading import MessagesStreamParser
 from gateway.dialects.openai.reading import A_TOKEN as OPENAI_TOKEN
 from gateway.dialects.openai.reading import OpenAIStreamParser
@@ -127,3 +127,22 @@ def test_a_passthrough_relays_every_byte_and_reads_what_the_full_reading_reads(n
     whole = factory(rename)
     got = relayed(whole, data, [])
     assert got == reference
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b'"gpt-4o-mini"', b'"tiny"', b'"t"', b'"model"', b'"a \\"model\\": x"', b'"/models/Qwen2.5-7B-Instruct"'],
+)
+def test_a_run_renamed_as_bytes_is_what_renaming_each_field_gives(name: bytes):
+    chunk = b'data: {"id":"c1","model":"tiny","choices":[{"delta":{"content":"%s"}}]}\n\n'
+    reads = [
+        b"".join(chunk % t for t in (b"a", b"b", b"c")),
+        chunk % b'say \\"model\\":\\"tiny\\"',  # the field's bytes inside a string are escaped
+        chunk % b"x" + b'data: {"id":"c2","model":"other","choices":[]}\n\n',  # another name
+        chunk % b"y" + b'data: {"model" : "tiny","choices":[]}\n\n',  # spaced otherwise
+        b'data: {"role":"model","model":"tiny"}\n\n',  # the key's word as a value
+        b'data: {"choices":[]}\n\n',  # no model at all
+    ]
+    renamer = Renamer("model", name)
+    for data in reads:
+        assert renamer(data) == renamed(data, "model", name, 0), data

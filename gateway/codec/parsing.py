@@ -40,10 +40,12 @@ def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
 
 class Renamer:
     """`renamed(data, key, name, 0)` for the runs of one stream's events, whose `key` field holds
-    the same bytes in each: once seen, the field is replaced as bytes (counted first: when every
-    `key` in the run is that field), with no match and no Python call per event."""
+    the same bytes in each: once seen, the field is replaced as bytes, with no match and no
+    Python call per event. The replacement stands when every `key` in the run was that field:
+    counted in what it gives (the new field holds the key `_keys` times, and the change in length
+    says how many were replaced), two passes over the run rather than three."""
 
-    __slots__ = ("_key", "_name", "_new", "_old", "_quoted")
+    __slots__ = ("_key", "_keys", "_name", "_new", "_old", "_quoted")
 
     def __init__(self, key: str, name: bytes) -> None:
         self._key = key
@@ -51,19 +53,22 @@ class Renamer:
         self._quoted = b'"' + key.encode() + b'"'
         self._old = b""  # the field as the stream writes it (`"model":"tiny"`)
         self._new = b""
+        self._keys = 1
 
     def __call__(self, data: bytes) -> bytes:
-        old = self._old
-        seen = data.count(old) if old else 0
-        if not seen:
+        old, new = self._old, self._new
+        if not old or old not in data:
             found = _field(self._key).search(data)
             if found is None:
                 return data
             old = self._old = found.group(0)
-            self._new = self._quoted + found.group(1) + self._name
-            seen = data.count(old)
-        if seen == data.count(self._quoted):
-            return data.replace(old, self._new)
+            new = self._new = self._quoted + found.group(1) + self._name
+            self._keys = new.count(self._quoted)
+        out = data.replace(old, new)
+        grew = len(new) - len(old)
+        seen = (len(out) - len(data)) // grew if grew else data.count(old)
+        if out.count(self._quoted) == seen * self._keys:
+            return out
         return renamed(data, self._key, self._name, 0)
 
 
