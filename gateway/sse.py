@@ -71,20 +71,20 @@ class SSEDecoder:
         self._bom = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        return [SSEEvent(e) if type(e) is bytes else e for e in self._scan(chunk)]  # type: ignore[misc]
+        return [SSEEvent(e) if type(e) is bytes else e for e in self._scan(chunk, False)]  # type: ignore[misc]
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
         """Only the events' data: what stream parsers read (they look at no event name or id)."""
-        return [e if type(e) is bytes else e.data for e in self._scan(chunk)]  # type: ignore[union-attr]
+        return [e if type(e) is bytes else e.data for e in self._scan(chunk, True)]  # type: ignore[union-attr]
 
-    def _scan(self, chunk: bytes) -> list[SSEEvent | bytes]:
+    def _scan(self, chunk: bytes, payloads: bool) -> list[SSEEvent | bytes]:
         """The events completed by `chunk`: the common framing (`data: <payload>` and a blank
         line) as the payload bytes, found by one scan per event; anything else (other fields,
         comments, several data lines, stray text) through the full line-by-line rules."""
         if not chunk:
             return []
         if not self._buf and not self._pending_cr and not self._bom and b"\r" not in chunk:
-            return self._cut(chunk)  # nothing held, nothing to normalise: the read as it came
+            return self._cut(chunk, payloads)  # nothing held, nothing to normalise: the read as it came
         buf = self._buf
         if self._pending_cr:
             # A CR ended the previous read; an LF right after it belongs to the same line ending.
@@ -107,10 +107,11 @@ class SSEDecoder:
                 body = bytes(buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         else:
             body = bytes(buf)
-        return self._cut(body)
+        return self._cut(body, payloads)
 
-    def _cut(self, body: bytes) -> list[SSEEvent | bytes]:
-        """The events in `body` (LF line ends only), what is left of it held for the next read."""
+    def _cut(self, body: bytes, payloads: bool) -> list[SSEEvent | bytes]:
+        """The events in `body` (LF line ends only), what is left of it held for the next read;
+        `payloads`: only their data is read."""
         events: list[SSEEvent | bytes] = []
         start = 0
         kept = self._kept
@@ -125,10 +126,19 @@ class SSEDecoder:
                     events = [p[6:] if p[5:6] == b" " else p[5:] if kept is None else self._bare(p) for p in pieces]
                     start = last + 2
         if not self._has_data and not self._event and not kept:
-            # Between events: whole `data: ...` events are cut out directly.
+            # Between events: whole `data: ...` events are cut out directly, and so are those of
+            # an `event:` line and one `data:` line (the named events of Anthropic's and the
+            # Responses API's streams).
             while True:
                 blank = body.find(b"\n\n", start)
-                if blank < 0 or not body.startswith(b"data:", start):
+                if blank < 0:
+                    break
+                if body.startswith(b"event:", start):
+                    if not self._named(body, start, blank, events, payloads):
+                        break
+                    start = blank + 2
+                    continue
+                if not body.startswith(b"data:", start):
                     break
                 nl = body.find(b"\n", start)
                 if nl != blank:
@@ -151,6 +161,22 @@ class SSEDecoder:
         for line in body[start:end].split(b"\n"):
             self._line(line, events)
         return events
+
+    def _named(self, body: bytes, start: int, blank: int, events: list[SSEEvent | bytes], payloads: bool) -> bool:
+        """The event from `start` to `blank` into `events` when it is an `event:` line and one
+        `data:` line (what the full rules make of it); False, and nothing added, otherwise."""
+        nl = body.find(b"\n", start)
+        if not body.startswith(b"data:", nl + 1) or body.find(b"\n", nl + 1) != blank:
+            return False
+        at = nl + 7 if body[nl + 6 : nl + 7] == b" " else nl + 6
+        data = body[at:blank]
+        if payloads and self._id is None:
+            events.append(data)  # the name is not looked at
+            return True
+        name = body[start + 7 if body[start + 6 : start + 7] == b" " else start + 6 : nl]
+        raw = None if self._kept is None else body[start : blank + 2]
+        events.append(SSEEvent(data, name.decode("utf-8", "replace"), self._id, raw))
+        return True
 
     def _bare(self, line: bytes) -> SSEEvent | bytes:
         """The event of a lone `data:` line without the space: its payload, and (kept) its line."""

@@ -144,8 +144,13 @@ def test_every_split_of_a_mixed_stream_decodes_the_same():
         b"data: four\ndata: more\n\n"
         b"data: five\r\n\r\n"
         b"data: six\n\n"
+        b"event: named\ndata: seven\n\n"
+        b"event:bare\ndata:eight\n\n"
+        b"event: two\ndata: nine\ndata: ten\n\n"
+        b"event: empty\n\n"
+        b"event: last\ndata: eleven\n\n"
     )
-    want = [b"one", b"two", b"three", b"four\nmore", b"five", b"six"]
+    want = [b"one", b"two", b"three", b"four\nmore", b"five", b"six", b"seven", b"eight", b"nine\nten", b"eleven"]
     for cut in range(1, len(stream)):
         for step in (cut, 3, 7):
             d = SSEDecoder()
@@ -161,6 +166,18 @@ def test_every_split_of_a_mixed_stream_decodes_the_same():
     events = d.feed(stream)
     assert [(e.data, e.event, e.id) for e in events][2] == (b"three", "x", "7")
     assert events[3].id == "7"  # the last event id carries over
+    assert [(e.data, e.event) for e in events[6:]] == [
+        (b"seven", "named"),
+        (b"eight", "bare"),
+        (b"nine\nten", "two"),
+        (b"eleven", "last"),
+    ]
+    fresh = SSEDecoder().feed(b"event: named\ndata: seven\n\nevent:bare\ndata:eight\n\n")
+    assert [(e.data, e.event, e.id) for e in fresh] == [(b"seven", "named", None), (b"eight", "bare", None)]
+    named = b"event: a\ndata: one\n\nevent: b\ndata: two\ndata: more\n\nevent:c\ndata:three\n\n"
+    for cut in range(len(named) + 1):
+        d = SSEDecoder()
+        assert d.feed_data(named[:cut]) + d.feed_data(named[cut:]) == [b"one", b"two\nmore", b"three"], cut
 
 
 def _as_kept(events: list[SSEEvent]) -> list[tuple[bytes, bool, bytes]]:
@@ -178,6 +195,8 @@ def test_a_keeping_decoder_gives_each_event_as_it_came_however_the_reads_are_cut
         b"data: five\r\n\r\n"
         b"event: ping\r\r"
         b"data:six\n\n"
+        b"event: named\ndata: seven\n\n"
+        b"event:bare\ndata:eight\n\n"
     )
     want = [
         (b"one", True, b"data: one\n\n"),
@@ -188,6 +207,8 @@ def test_a_keeping_decoder_gives_each_event_as_it_came_however_the_reads_are_cut
         (b"five", True, b"data: five\n\n"),
         (b"", False, b"event: ping\n\n"),
         (b"six", True, b"data:six\n\n"),
+        (b"seven", True, b"event: named\ndata: seven\n\n"),
+        (b"eight", True, b"event:bare\ndata:eight\n\n"),
     ]
     for cut in range(1, len(stream)):
         for step in (cut, 3, 7):
