@@ -32,6 +32,7 @@ FINISH: dict[Finish, str] = {
 }
 
 _dumps = jsonutil.dumps
+_TEXTS = (TextDelta, TextRun)
 
 
 def raw_params(req: Request) -> dict[str, Any]:
@@ -164,10 +165,10 @@ class HoldBackRenderer(ABC):
         # The token that rides in the final event: the last one before a finish in this batch
         # (a backend that does not finish in-band has every token held anyway).
         ride = -1
-        if self._in_band:
+        if self._in_band and len(events) > 1:  # (a lone event has no finish after it)
             last_text = -1
             for i, ev in enumerate(events):
-                if isinstance(ev, TextDelta | TextRun):
+                if isinstance(ev, _TEXTS):
                     if ev.index == 0:
                         last_text = i
                 elif isinstance(ev, FinishEvent) and ev.index == 0:
@@ -181,7 +182,7 @@ class HoldBackRenderer(ABC):
         for i, ev in enumerate(events):
             t = type(ev)
             if t is TextDelta or t is TextRun:
-                assert isinstance(ev, TextDelta | TextRun)
+                assert isinstance(ev, _TEXTS)
                 if ev.index != 0:
                     continue
                 ms = 0.0
