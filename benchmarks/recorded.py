@@ -26,7 +26,8 @@ from gateway.dialects.databricks.reading import DatabricksStreamParser
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.responses.reading import ResponsesStreamParser
 from gateway.dialects.tgi.reading import GenerateStreamParser
-from gateway.dialects.triton.reading import MINDIE_READING, TRTLLM_READING, VLLM_READING, CallState, TritonStreamParser
+from gateway.dialects.triton.families import MINDIE_READING, TRTLLM_READING, VLLM_READING
+from gateway.dialects.triton.reading import CallState, TritonStreamParser
 from gateway.neutral.events import TextDelta, expand
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"

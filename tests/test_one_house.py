@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import jsonutil
 from gateway.codec.wirenames import WireNames
-from gateway.dialects.triton.reading import VLLM_READING, CallState, TritonStreamParser
+from gateway.dialects.triton.families import VLLM_READING
+from gateway.dialects.triton.reading import CallState, TritonStreamParser
 from gateway.neutral.errors import UpstreamError
 from gateway.neutral.events import TextDelta
 from gateway.neutral.params import NAMES, ROLES, SPECS, Params, Role, make

@@ -9,7 +9,8 @@ import pytest
 from gateway.codec.parsing import PARSE_ERRORS
 from gateway.codec.textchunks import _CLOSING, TextChunks
 from gateway.dialects.openai.reading import OpenAIStreamParser
-from gateway.dialects.triton.reading import TRTLLM_READING, CallState, TritonStreamParser
+from gateway.dialects.triton.families import TRTLLM_READING
+from gateway.dialects.triton.reading import CallState, TritonStreamParser
 from gateway.neutral.events import Event, TextDelta, TextRun, UsageEvent, expand
 
 TEXTS = [" The", ' say "hi"', " back\\slash", " café", " 😀", " line\nbreak", " tab\t", "\u2028", " }]}", " x"]
@@ -264,7 +265,7 @@ def test_a_trtllm_event_whose_bytes_part_from_the_template_midway_counts_nothing
 def test_output_log_probs_count_one_per_value_in_every_shape():
     """A flat list and a run's list of lists are counted in one go; other shapes (None inside,
     deeper nesting, flags) the long way, to the same rule: every value but None is a token."""
-    from gateway.dialects.triton.reading import _count
+    from gateway.dialects.triton.reading import tensor_count
 
     shapes = {
         None: 0,
@@ -284,7 +285,7 @@ def test_output_log_probs_count_one_per_value_in_every_shape():
         return [lists(x) for x in v] if isinstance(v, tuple) else v
 
     for shape, n in shapes.items():
-        assert _count(lists(shape)) == n, shape
+        assert tensor_count(lists(shape)) == n, shape
 
 
 # ---- Damaged streams: whatever the bytes, the template reads what the whole reading reads ----

@@ -25,7 +25,8 @@ from gateway.dialects.mindie.outbound import FINISH_WORDS as MINDIE_WORDS
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.responses.reading import ResponsesStreamParser
 from gateway.dialects.tgi.reading import GenerateStreamParser
-from gateway.dialects.triton.reading import MINDIE_READING, TRTLLM_READING, VLLM_READING, CallState, TritonStreamParser
+from gateway.dialects.triton.families import MINDIE_READING, TRTLLM_READING, VLLM_READING
+from gateway.dialects.triton.reading import CallState, TritonStreamParser
 from tests.test_textchunks import TEXTS, event_cuts, read_all
 
 FIX = Path(__file__).parent / "fixtures"

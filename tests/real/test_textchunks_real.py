@@ -9,7 +9,8 @@ from gateway.codec.parsing import EventParser
 from gateway.dialects.anthropic.reading import MessagesStreamParser
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.responses.reading import ResponsesStreamParser
-from gateway.dialects.triton.reading import TRTLLM_READING, VLLM_READING, CallState, TritonStreamParser
+from gateway.dialects.triton.families import TRTLLM_READING, VLLM_READING
+from gateway.dialects.triton.reading import CallState, TritonStreamParser
 from tests.real import servers
 from tests.test_textchunks import event_cuts, read_all, triton_parser, whole_reading
 

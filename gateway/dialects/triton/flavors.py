@@ -12,7 +12,8 @@ from gateway import jsonutil
 from gateway.codec.structured import guide_of, outputs_of
 from gateway.dialects.triton import params as names
 from gateway.dialects.triton import simulated
-from gateway.dialects.triton.reading import MINDIE_READING, TRTLLM_READING, VLLM_READING, Reading
+from gateway.dialects.triton.families import MINDIE_READING, TRTLLM_READING, VLLM_READING
+from gateway.dialects.triton.reading import Reading
 from gateway.modelserver import MINDIE_PAGE, TRTLLM_PAGE, VLLM_PAGE, PageKind
 from gateway.neutral.errors import InvalidRequest
 from gateway.neutral.params import Fate, Params

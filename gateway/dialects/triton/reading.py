@@ -14,9 +14,8 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
-from gateway.codec.finish import FinishWords
 from gateway.codec.parsing import EventParser, renamed
-from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
+from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError, body_text, clip, relaying
 from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event, text_events
 from gateway.neutral.types import Choice, Finish, Result, Usage
@@ -91,7 +90,7 @@ def error_text(obj: Any) -> str:
     return clip(jsonutil.dumps_str(obj) if text is None else text)
 
 
-def _first(value: Any) -> Any:
+def first_value(value: Any) -> Any:
     """A one-sequence output: Triton unwraps single-element tensors, but not always."""
     if isinstance(value, list):
         return value[0] if value else None
@@ -102,7 +101,7 @@ _NUMBERS = frozenset((float, int))
 _LISTS = frozenset((list,))
 
 
-def _count(value: Any) -> int:
+def tensor_count(value: Any) -> int:
     """How many values a tensor holds (TRT-LLM's output_log_probs: one per generated token)."""
     if type(value) is not list:
         return 0 if value is None else 1
@@ -115,7 +114,7 @@ def _count(value: Any) -> int:
         return sum(map(len, value))
     n = 0
     for v in value:  # the rest (None among the values, deeper lists, flags) value by value
-        n += (0 if v is None else 1) if type(v) is not list else _count(v)
+        n += (0 if v is None else 1) if type(v) is not list else tensor_count(v)
     return n
 
 
@@ -149,7 +148,7 @@ class Reader:
             raise UpstreamError(f"backend error in a 200 answer: {error_text(obj)}")
         text = obj.get("text_output")
         if type(text) is not str:
-            text = _first(text)
+            text = first_value(text)
             text = text if isinstance(text, str) else ""
         self.st.reading.take(self, obj)
         if text:
@@ -273,135 +272,3 @@ class TritonStreamParser(EventParser):
             out.append(FinishEvent(finish, 0, self._matcher.matched if self._matcher is not None else None))
         if usage is not None:
             out.append(UsageEvent(usage))
-
-
-# ---- each family's own reading ------------------------------------------------------------
-
-# The vLLM backend's words (vLLM's own: stop, length, abort) and MindIE's (TGI's and OpenAI's).
-_VLLM_WORDS = FinishWords({"stop": Finish.EOS, "length": Finish.LENGTH, "abort": Finish.ABORT})
-_MINDIE_WORDS = _VLLM_WORDS | FinishWords(
-    {
-        "eos_token": Finish.EOS,
-        "eos": Finish.EOS,
-        "stop_sequence": Finish.STOP_STRING,
-        "max_tokens": Finish.LENGTH,
-        "tool_calls": Finish.TOOL_CALLS,
-        "invalid finishReason": Finish.UNKNOWN,
-        "invalid flag": Finish.UNKNOWN,
-    }
-)
-
-
-def _take_trtllm(reader: Reader, obj: dict[str, Any]) -> None:
-    # TRT-LLM names no finish; its output_log_probs hold one value per generated token.
-    if "output_log_probs" in obj:
-        reader.completion_tokens = (reader.completion_tokens or 0) + _count(obj["output_log_probs"])
-
-
-def _take_vllm(reader: Reader, obj: dict[str, Any]) -> None:
-    if "finish_reason" in obj:
-        reader.saw_finish_field = True
-        reason = _VLLM_WORDS.read(_first(obj["finish_reason"]))
-        if reason is not None:
-            reader.finish = reason
-            reader.fresh_finish = True
-    n_in = _first(obj.get("num_input_tokens"))
-    if isinstance(n_in, int):
-        reader.prompt_tokens = n_in
-    n_out = _first(obj.get("num_output_tokens"))
-    if isinstance(n_out, int):
-        reader.completion_tokens = (reader.completion_tokens or 0) + n_out
-
-
-def _take_mindie(reader: Reader, obj: dict[str, Any]) -> None:
-    details = obj.get("details")
-    if isinstance(details, dict):
-        reason = _MINDIE_WORDS.read(details.get("finish_reason"))
-        if reason is not None:
-            reader.finish = reason
-            reader.fresh_finish = True
-        gen = details.get("generated_tokens")
-        if isinstance(gen, int):
-            reader.completion_tokens = gen  # a running total in streams
-        n_in = details.get("prompt_tokens")
-        if isinstance(n_in, int):
-            reader.prompt_tokens = n_in
-
-
-def _end_trtllm(reader: Reader, stream: bool, full: str) -> None:
-    """A TRT-LLM stream just ends: any end is a normal one."""
-
-
-def _end_vllm(reader: Reader, stream: bool, full: str) -> None:
-    if reader.saw_finish_field and reader.finish is None and stream:
-        raise UpstreamError(
-            "backend stream ended before a finish reason (truncated)", upstream_class=UpstreamClass.MIDSTREAM
-        )
-
-
-def _end_mindie(reader: Reader, stream: bool, full: str) -> None:
-    st = reader.st
-    if st.expect_final and reader.finish is None and stream:
-        raise UpstreamError(
-            "backend stream ended without its final event (truncated)", upstream_class=UpstreamClass.MIDSTREAM
-        )
-    if reader.finish is Finish.STOP_STRING and not full and not st.stops_requested:
-        # MindIE ends aborted or failed generations this way; with no stop asked for and no
-        # text there is nothing else it can mean.
-        raise UpstreamError(
-            "backend ended the generation with no output (stop_sequence without a stop)",
-            upstream_class=UpstreamClass.MIDSTREAM if stream else UpstreamClass.PROTOCOL,
-        )
-
-
-def _fold_trtllm(reader: Reader, held: dict[str, list[Any]]) -> None:
-    if "output_log_probs" in held:
-        reader.completion_tokens = (reader.completion_tokens or 0) + _count(held["output_log_probs"])
-
-
-def _fold_vllm(reader: Reader, held: dict[str, list[Any]]) -> None:
-    # As `_take_vllm` reads each event: the last input count stands, output counts add up.
-    for n in reversed(held.get("num_input_tokens", ())):
-        if isinstance(n := _first(n), int):
-            reader.prompt_tokens = n
-            break
-    outputs = held.get("num_output_tokens")
-    if outputs:
-        counted = [n for n in map(_first, outputs) if isinstance(n, int)]
-        if counted:
-            reader.completion_tokens = (reader.completion_tokens or 0) + sum(counted)
-
-
-def _fold_mindie(reader: Reader, held: dict[str, list[Any]]) -> None:
-    # A running total: the last event's stands.
-    generated = [n for n in held.get("details.generated_tokens", ()) if isinstance(n, int)]
-    if generated:
-        reader.completion_tokens = generated[-1]
-
-
-# Log probabilities (one per token: a count), and what the ensemble may add beside them.
-_TRTLLM_VARYING = {
-    "output_log_probs": ALWAYS,
-    "cum_log_probs": ALWAYS,
-    "context_logits": SEEN,
-    "generation_logits": SEEN,
-    "sequence_id": SEEN,
-}
-TRTLLM_READING = Reading(_take_trtllm, _end_trtllm, _TRTLLM_VARYING, ("output_log_probs",), _fold_trtllm)
-VLLM_READING = Reading(
-    _take_vllm,
-    _end_vllm,
-    {"num_output_tokens": ALWAYS, "num_input_tokens": SEEN},
-    ("num_input_tokens", "num_output_tokens"),
-    _fold_vllm,
-)
-# MindIE's per-token timings and queue figures, and its running count of tokens.
-_MINDIE_VARYING = {
-    "details.generated_tokens": ALWAYS,
-    "details.batch_size": SEEN,
-    "details.queue_wait_time": SEEN,
-    "prefill_time": SEEN,
-    "decode_time": SEEN,
-    "id": SEEN,
-}
-MINDIE_READING = Reading(_take_mindie, _end_mindie, _MINDIE_VARYING, ("details.generated_tokens",), _fold_mindie)
