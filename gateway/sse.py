@@ -83,7 +83,7 @@ class SSEDecoder:
         comments, several data lines, stray text) through the full line-by-line rules."""
         if not chunk:
             return []
-        if not self._buf and not self._pending_cr and not self._bom and b"\r" not in chunk:
+        if not self._buf and not self._pending_cr and not self._bom and 13 not in chunk:  # no CR
             return self._cut(chunk, payloads)  # nothing held, nothing to normalise: the read as it came
         buf = self._buf
         if self._pending_cr:

@@ -43,7 +43,7 @@ class Renamer:
     the same bytes in each: once seen, the field is replaced as bytes, with no match and no
     Python call per event. The replacement stands when every `key` in the run was that field:
     counted in what it gives (the new field holds the key `_keys` times, and the change in length
-    says how many were replaced), two passes over the run rather than three."""
+    says how many were replaced), one count of the run where counting the field first took two."""
 
     __slots__ = ("_key", "_keys", "_name", "_new", "_old", "_quoted")
 
