@@ -107,6 +107,10 @@ def expand(events: list[Event]) -> list[Event]:
 def text_events(texts: list[str], index: int, out: list[Event], empty: bool = False) -> None:
     """A run's texts as one TextRun (a lone one as a TextDelta); `empty`: an empty text is an
     event of its own too."""
+    if len(texts) == 1:  # a model server's pace: an event a read
+        if texts[0] or empty:
+            out.append(new_event(TextDelta, (texts[0], index, None, None)))
+        return
     if not empty:
         texts = list(filter(None, texts))
     if len(texts) > 1:

@@ -110,9 +110,7 @@ class GenerateStreamParser(EventParser):
         if len(texts) == 1:  # a model server's pace: an event a read
             text = texts[0]
             if text:
-                ident = named[0] if named else None
-                one = [ident] if type(ident) is int else ids_list(ident)
-                out.append(new_event(TextDelta, (text, 0, None, one)))
+                out.append(new_event(TextDelta, (text, 0, None, ids_list(named[0]) if named else None)))
                 self._sent.append(text)
             return
         ids = None if named is None or "" in texts else _id_lists(named)

@@ -254,11 +254,6 @@ class TritonStreamParser(EventParser):
         fold = reader.st.reading.fold
         if fold is not None:
             fold(reader, held)
-        if len(texts) == 1:  # a model server's pace: an event a read
-            if texts[0]:
-                reader.text.append(texts[0])
-                out.append(new_event(TextDelta, (texts[0], 0, None, None)))
-            return
         reader.text += filter(None, texts)
         text_events(texts, 0, out)
 
