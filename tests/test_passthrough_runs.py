@@ -146,3 +146,33 @@ def test_a_run_renamed_as_bytes_is_what_renaming_each_field_gives(name: bytes):
     renamer = Renamer("model", name)
     for data in reads:
         assert renamer(data) == renamed(data, "model", name, 0), data
+
+
+LONE = (
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"tiny","choices":[{"index":0,'
+    b'"delta":{"content":" hi"},"logprobs":null,"finish_reason":%s}]}\n\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("event", "relayed"),
+    [
+        (LONE % b"null", True),
+        (LONE % b'"stop"', False),  # a finish is read
+        (LONE.replace(b'"finish_reason":%s', b'"finish_reason": %s') % b"null", False),  # not the usual bytes
+        (LONE.replace(b"}]}", b'},{"index":1,"finish_reason":"length"}]}') % b"null", False),  # another choice ends
+        (LONE.replace(b"}]}", b'},{"index":1,"finish_reason":null}]}') % b"null", False),  # two choices at once
+        (LONE.replace(b"\n\n", b"\r\n\r\n") % b"null", False),  # CRs: the general way
+        (LONE.replace(b"data: {", b"id: 7\ndata: {") % b"null", False),  # a field line of its own
+        (b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n', False),  # usage alone
+    ],
+)
+def test_a_lone_event_is_relayed_undecoded_only_when_it_carries_tokens(event: bytes, relayed: bool) -> None:
+    """A read of one event (a model server's pace) goes out undecoded only when its one choice
+    is under way; whatever else it is, it is read, and what the client gets is the same."""
+    parser = OpenAIStreamParser(True, passthrough=True)
+    parser.feed(LONE % b"null")  # the stream has begun
+    out = parser.feed(event)
+    frames = [ev for ev in out if isinstance(ev, Frame)]
+    assert b"".join(f.payload for f in frames).replace(b"\r", b"") == event.replace(b"\r", b"")
+    assert (out == [Frame(event), OPENAI_TOKEN]) is relayed

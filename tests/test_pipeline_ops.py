@@ -13,7 +13,7 @@ from gateway.dialects.openai.inbound import RENDER, STREAM, OpenAIInbound
 from gateway.neutral import params as neutral_params
 from gateway.neutral.types import Message, Request, Task
 from gateway.proxy.engine import ProxyEngine
-from gateway.proxy.exchange import serve
+from gateway.proxy.exchange import Held, serve
 from gateway.proxy.routing import Route, RouteGroup
 from gateway.upstream import AnswerBudget
 from tests.conftest import one_route
@@ -228,3 +228,22 @@ async def test_dropped_params_header_from_a_real_tgi_client(upstream, make_gatew
     assert upstream.last.path == "/v1/completions"
     assert upstream.last.json == {"model": "up", "prompt": "hi", "max_tokens": 9}
     assert (await resp.json())["generated_text"] == "\n\nThis is indeed a test"
+
+
+def test_what_a_request_held_is_let_go_in_reverse_each_part_whatever_another_does(caplog: Any) -> None:
+    """A request's parts (its slot, its gauges, its record) are let go last taken first; one that
+    fails to let go is logged, and the others are let go all the same, once."""
+    gone: list[str] = []
+
+    def fails() -> None:
+        gone.append("fails")
+        raise RuntimeError("a bug")
+
+    held = Held()
+    held.callback(gone.append, "record")
+    held.callback(fails)
+    held.callback(gone.append, "slot")
+    held.release()
+    held.release()  # a second release lets go of nothing again
+    assert gone == ["slot", "fails", "record"]
+    assert "letting go of what a request held failed" in caplog.text

@@ -57,7 +57,7 @@ class Renamer:
 
     def __call__(self, data: bytes) -> bytes:
         old, new = self._old, self._new
-        if not old or old not in data:
+        if not old or data.find(old) < 0:
             found = _field(self._key).search(data)
             if found is None:
                 return data
@@ -72,12 +72,24 @@ class Renamer:
         return renamed(data, self._key, self._name, 0)
 
 
-def named_run(data: bytes, name: bytes, kind: bytes) -> int:
-    """How many leading bytes of a read are whole events named `name`, each an `event:` line and
-    one `data:` line whose payload is of type `kind` (`b'"type":"content_block_delta"'`), and
-    nothing else: a pass-through's token events, which go to the client undecoded. 0 when the
-    read does not start that way. (Counted, not split: these scans are the whole cost.)"""
-    head = b"event: " + name + b"\ndata: "
+class TokenEvents:
+    """A dialect's token events as a pass-through relays them undecoded: each an `event:` line
+    naming them and one `data:` line whose payload names the same type
+    (`{"type":"content_block_delta",...}`). Their bytes are made once, not at each read."""
+
+    __slots__ = ("head", "kind", "line")
+
+    def __init__(self, name: bytes) -> None:
+        self.line = b"event: " + name + b"\n"
+        self.head = self.line + b"data: "
+        self.kind = b'"type":"' + name + b'"'
+
+
+def named_run(data: bytes, tokens: TokenEvents) -> int:
+    """How many leading bytes of a read are whole `tokens` events, and nothing else: a
+    pass-through's token events, which go to the client undecoded. 0 when the read does not
+    start that way. (Counted, not split: these scans are the whole cost.)"""
+    head = tokens.head
     if not data.startswith(head) or 13 in data:  # a CR (its code: found by memchr)
         return 0
     # Back from the read's end over the events that need reading (a block's or the message's
@@ -95,7 +107,7 @@ def named_run(data: bytes, name: bytes, kind: bytes) -> int:
     else:
         return 0
     events = data.count(head, 0, end)
-    if data.count(b"\n", 0, end) != 3 * events or data.count(kind, 0, end) != events:
+    if data.count(b"\n", 0, end) != 3 * events or data.count(tokens.kind, 0, end) != events:
         return 0
     return end
 
@@ -204,17 +216,17 @@ class EventParser(ABC):
                 finally:
                     self._block = None
 
-    def relay_run(self, data: bytes, name: bytes, kind: bytes) -> list[Event] | None:
-        """A pass-through read whose leading events are token events named `name` (see
-        `named_run`): they go out as they came, undecoded, telling the metrics a token came; the
-        rest is read event by event. None when the read does not start that way."""
+    def relay_run(self, data: bytes, tokens: TokenEvents) -> list[Event] | None:
+        """A pass-through read whose leading events are `tokens` (see `named_run`): they go out
+        as they came, undecoded, telling the metrics a token came; the rest is read event by
+        event. None when the read does not start that way."""
         if self._fault is not None or not self._decoder.between_events():
             return None
         # The few events before the first token event (a stream's opening) are read whole.
-        start = data.find(b"event: " + name + b"\n")
+        start = data.find(tokens.line)
         if start < 0 or (start and not data.endswith(b"\n\n", 0, start)):
             return None
-        end = named_run(data[start:] if start else data, name, kind)
+        end = named_run(data[start:] if start else data, tokens)
         if not end:
             return None
         out: list[Event] = self._events(data[:start]) if start else []

@@ -14,9 +14,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable
-from contextlib import ExitStack
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
@@ -61,6 +60,30 @@ class _Ids:
 
 
 _IDS = _Ids()
+
+
+class Held:
+    """What a request holds (its slot, its gauges, its record), each part let go once it is
+    taken, in the reverse order, however the request ends: an ExitStack's work at a fraction of
+    its cost (it wraps each callback in a closure of its own). A part that fails to let go is
+    logged, and the others are let go all the same."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+
+    def callback(self, let_go: Callable[..., object], *args: Any) -> None:
+        self._parts.append((let_go, args))
+
+    def release(self) -> None:
+        parts, self._parts = self._parts, []
+        while parts:
+            let_go, args = parts.pop()
+            try:
+                let_go(*args)
+            except Exception:
+                log.exception("letting go of what a request held failed")
 
 
 def request_id_of(request: web.Request) -> str:
@@ -117,9 +140,10 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
         trace = svc.tracing.server(
             request.method, pattern, request.path, request.scheme, request.headers, ex.request_id, group.dialect
         )
-    with ExitStack() as held:
-        held.callback(_finished, svc, arrival, group, ex, trace)
-        held.callback(svc.budget.release, ticket)
+    held = Held()
+    held.callback(_finished, svc, arrival, group, ex, trace)
+    held.callback(svc.budget.release, ticket)
+    try:
         try:
             ex.key = check_auth(request, svc.api_keys, key_headers(inbound))
             # The body's room is taken before it is read, so a flood of slow or unfinished bodies
@@ -149,6 +173,8 @@ async def serve(request: web.Request, ep: Endpoint, group: RouteGroup, inbound: 
             # The server noticed the client left: the task is cancelled, which closes the upstream.
             ex.disconnect = "streaming" if ex.first_token else "before_first_token"
             raise
+    finally:
+        held.release()
 
 
 def _finished(svc: Services, arrival: Arrival, group: RouteGroup, ex: Exchange, trace: "ServerTrace | None") -> None:
@@ -169,7 +195,7 @@ async def _answer(
     svc: Services,
     ex: Exchange,
     ticket: Ticket,
-    held: ExitStack,
+    held: Held,
     trace: "ServerTrace | None",
 ) -> web.StreamResponse:
     """The request, its body read: parsed, routed, planned, admitted and carried out."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.codec.capabilities import Ends, Pings, at_end, has
+from gateway.codec.capabilities import Ends, Pings, has
 from gateway.codec.contract import EventStream, StreamRenderer
 from gateway.neutral.errors import GatewayError, UpstreamError
 from gateway.neutral.events import Event
@@ -27,10 +27,11 @@ class Paced:
     interrupts the read (the streams below take up an interrupted read again, as nothing of it
     was taken); otherwise it is set again for the rest of the silence."""
 
-    __slots__ = ("_every", "_last", "_loop", "_reading", "_silent", "_stream", "_task", "_timer")
+    __slots__ = ("_ends", "_every", "_last", "_loop", "_reading", "_silent", "_stream", "_task", "_timer")
 
     def __init__(self, stream: EventStream, every: float, task: "asyncio.Task[Any]") -> None:
         self._stream = stream
+        self._ends: Ends | None = stream if has(stream, Ends) else None  # asked at each read: found once
         self._every = every
         self._task = task
         self._loop = task.get_loop()
@@ -41,10 +42,10 @@ class Paced:
 
     @property
     def ended(self) -> bool:
-        return at_end(self._stream)
+        return self._ends is not None and self._ends.ended
 
     async def next(self) -> list[Event] | None:
-        if at_end(self._stream):
+        if self._ends is not None and self._ends.ended:
             return await self._stream.next()  # what is left comes without a wait
         if self._timer is None:
             self._timer = self._loop.call_at(self._last + self._every, self._due)

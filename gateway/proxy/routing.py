@@ -51,7 +51,7 @@ class Backend:
 
     @property
     def model(self) -> str | None:
-        return self.conf.model
+        return self.view.model  # the config's, read from a record (a config model's reads cost more)
 
     def replicas(self) -> list[int]:
         """Replica indices (into `urls`) in the order to try them for one request."""

@@ -6,11 +6,14 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.errors import error_message_in, message_of
 from gateway.codec.finish import FinishWords
-from gateway.codec.parsing import EventParser, renamed
+from gateway.codec.parsing import EventParser, TokenEvents, renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Result, Usage
+
+# A Messages stream's text deltas, which a pass-through relays undecoded.
+_TEXT_DELTAS = TokenEvents(b"content_block_delta")
 
 FINISH_WORDS = FinishWords(
     {
@@ -106,7 +109,7 @@ class MessagesStreamParser(EventParser):
     def feed(self, data: bytes) -> list[Event]:
         if self._passthrough:
             # A pass-through's content deltas (nearly all of a stream) go out undecoded.
-            run = self.relay_run(data, b"content_block_delta", b'"type":"content_block_delta"')
+            run = self.relay_run(data, _TEXT_DELTAS)
             if run is not None:
                 return run
         return super().feed(data)

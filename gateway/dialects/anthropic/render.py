@@ -308,7 +308,7 @@ class PassthroughStream:
         return PING
 
     def render(self, events: list[Event]) -> bytes:
-        return b"".join(ev.payload for ev in events if isinstance(ev, Frame))
+        return b"".join([ev.payload for ev in events if type(ev) is Frame])
 
     def error(self, err: GatewayError) -> bytes:
         return event(b"error", error_body(err))

@@ -8,13 +8,16 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.errors import error_message_in, message_of
-from gateway.codec.parsing import EventParser, renamed
+from gateway.codec.parsing import EventParser, TokenEvents, renamed
 from gateway.codec.textchunks import ALWAYS, TextChunks
 from gateway.dialects.responses.params import ToolRef, flat_name
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Choice, Finish, Request, Result, Usage
 from gateway.sse import encode_data
+
+# A Responses stream's text deltas, which a pass-through relays undecoded.
+_TEXT_DELTAS = TokenEvents(b"response.output_text.delta")
 
 # How an incomplete response says why it stopped.
 _INCOMPLETE = {"max_output_tokens": Finish.LENGTH, "content_filter": Finish.CONTENT_FILTER}
@@ -193,7 +196,7 @@ class ResponsesStreamParser(EventParser):
     def feed(self, data: bytes) -> list[Event]:
         if self._passthrough:
             # A pass-through's text deltas (nearly all of a stream) go out undecoded.
-            run = self.relay_run(data, b"response.output_text.delta", b'"type":"response.output_text.delta"')
+            run = self.relay_run(data, _TEXT_DELTAS)
             if run is not None:
                 return run
         return super().feed(data)
