@@ -8,6 +8,10 @@ import random
 import pytest
 
 from gateway.adapters.toolcalls import Parsed, ToolCall, get_parser
+from gateway.adapters.toolcalls.calls import merge
+from gateway.adapters.toolcalls.core import Marker
+from gateway.adapters.toolcalls.jsoncalls import CallListReader
+from gateway.adapters.toolcalls.registry import PARSERS
 from tests.support import counting_ids, read_in_pieces
 
 WEATHER = {
@@ -420,3 +424,20 @@ def assert_split_free(fmt: str, answer: str, tools: object, **options: object) -
 def test_a_streamed_answer_reads_the_same_however_it_is_split(fmt, answer, tools, content, expected):
     for whole_calls in (True, False):
         assert_split_free(fmt, answer, tools, whole_calls=whole_calls)
+
+
+@pytest.mark.parametrize("forced", [False, True])
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_an_answer_where_no_call_can_start_reads_as_the_machine_reads_it(name: str, forced: bool) -> None:
+    """A whole answer holding none of its format's markers' first characters is taken as text
+    without the reading machine: what the machine gives it, text for text (whitespace too)."""
+    parser = PARSERS[name]
+    markers = "".join(m.text[0] for m in (*parser.markers, Marker("[", CallListReader)))
+    rng = random.Random(f"{name}{forced}")
+    alphabet = [c for c in " \t\n\r\x00abcXYZ09.,:;\"'(){}[]<>|/\\-_é日😀" if c not in markers]
+    texts = ["", " ", "\n", "  Hello there \n", "Say hello", "a\tb\nc  "]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(300)]
+    for text in texts:
+        s = parser.stream([WEATHER], whole_calls=True, forced=forced)
+        machine = merge(s.feed(text) + s.close(), s.failures)
+        assert parser.parse(text, [WEATHER], forced=forced) == machine == Parsed(text, [], 0), repr(text)

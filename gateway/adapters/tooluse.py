@@ -51,9 +51,11 @@ class ToolReading:
     def read(self, result: Result) -> Result:
         """Each choice of a whole result, its text read for calls."""
         choices = []
+        read = False  # a choice changed
         for choice in result.choices:
             parsed = self.parser.parse(choice.text, self.tools, forced=self.forced)
             self.failures += parsed.failures
+            read = read or bool(parsed.calls or parsed.failures)
             if parsed.calls:
                 made = parsed.calls[:1] if self.single else parsed.calls
                 calls = [
@@ -64,6 +66,8 @@ class ToolReading:
             elif parsed.failures:
                 choice = replace(choice, text=parsed.content)
             choices.append(choice)
+        if not read and result.passthrough is None:
+            return result  # text only, as it came
         return replace(result, choices=choices, passthrough=None)
 
 

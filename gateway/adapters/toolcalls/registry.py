@@ -54,6 +54,9 @@ class ToolParser:
         forced: bool = False,
     ) -> Parsed:
         """A whole answer: its text outside calls, its calls, and how many were malformed."""
+        markers = _FORCED if forced and self.args_key else self.markers
+        if not any(m.text[0] in text for m in markers):
+            return Parsed(text, [], 0)  # no call can start anywhere: the answer is text (the usual)
         s = self.stream(tools, ids=ids, whole_calls=whole_calls, forced=forced)
         events = s.feed(text)
         events += s.close()
