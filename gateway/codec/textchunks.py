@@ -30,7 +30,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.skeleton import units
-from gateway.neutral.events import Event, TextDelta, new_event, text_events
+from gateway.neutral.events import Event, text_events
 
 # How often a stream's events may be read whole with no template read in between before no more
 # is learned (a server whose text events differ in what the reading looks at, or whose texts are
@@ -241,18 +241,9 @@ class TextChunks:
             return False
         per = self._per
         try:
-            if per == 1 and len(parts) == 1 and self._take is None:
-                # One event of a template without holes but its text (a model server's event a
-                # read): its text alone, no list around it.
-                text = jsonutil.loads(body)
-                if type(text) is not str:
-                    return False
-                if text or self._empty:
-                    out.append(new_event(TextDelta, (text, self._index, None, None)))
-                self._tries = _TRIES
-                self.read += 1
-                return True
-            values = jsonutil.loads(b"[" + body + b"]")
+            # One event of a template without holes but its text (a model server's pace: an event
+            # a read) is its text alone, decoded without a list around it.
+            values = [jsonutil.loads(body)] if per == 1 and len(parts) == 1 else jsonutil.loads(b"[" + body + b"]")
         except jsonutil.JSONDecodeError:
             return False
         if len(values) != len(parts):

@@ -45,7 +45,7 @@ class Paced:
         return self._ends is not None and self._ends.ended
 
     async def next(self) -> list[Event] | None:
-        if self._ends is not None and self._ends.ended:
+        if self.ended:
             return await self._stream.next()  # what is left comes without a wait
         if self._timer is None:
             self._timer = self._loop.call_at(self._last + self._every, self._due)

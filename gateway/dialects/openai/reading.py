@@ -139,6 +139,14 @@ def _tokens_only(data: bytes, end: int) -> int:
     return events if data.count(b"\n", 0, end) == 2 * events else 0
 
 
+def _under_way(event: bytes) -> bool:
+    """Whether one event holds one choice, still under way: one finish, a null one. (Looked for
+    with `find`: `bytes in bytes` first tries the needle as an integer, and the error it formats
+    and drops costs more than the search.)"""
+    at = event.find(_FINISH)
+    return at >= 0 and event.startswith(b"null", at + len(_FINISH)) and event.find(_FINISH, at + 1) < 0
+
+
 def plain_prefix(data: bytes) -> tuple[int, int]:
     """How many leading bytes of a read are whole events that only carry tokens of choices
     still under way (see `_tokens_only`), and how many events they are. They may go to a
@@ -146,14 +154,8 @@ def plain_prefix(data: bytes) -> tuple[int, int]:
     decoded. (0, 0) when the read does not start that way."""
     if not data.startswith(b"data:") or 13 in data:  # a CR (its code: found by memchr)
         return 0, 0
-    last = len(data) - 2
-    if data.find(b"\n") == last:
-        # One event of one line (a model server's pace: an event a read): plain when it holds
-        # one finish, a null one. (Looked for with `find`: `bytes in bytes` first tries the
-        # needle as an integer, and the error it formats and drops costs more than the search.)
-        at = data.find(_FINISH)
-        plain = at >= 0 and data.startswith(b"null", at + len(_FINISH)) and data.find(_FINISH, at + 1) < 0
-        return (len(data), 1) if plain and data.endswith(b"\n\n") else (0, 0)
+    if data.find(b"\n") == len(data) - 2:  # one event of one line (a model server's pace)
+        return (len(data), 1) if data.endswith(b"\n\n") and _under_way(data) else (0, 0)
     # Back from the read's last whole event over those that need reading (a stream's end is a
     # few: finish, usage, [DONE]) to the last token event; what comes before it must be token
     # events too. The usual read is a few token events, and the first one looked at is one.
@@ -164,9 +166,9 @@ def plain_prefix(data: bytes) -> tuple[int, int]:
         prev = data.rfind(b"\n\n", 0, end - 2)
         start = prev + 2 if prev >= 0 else 0
         event = data[start:end]
-        if event.count(b"\n") == 2 and event.find(_NULL_FINISH) >= 0 and event.find(b'"finish_reason":"') < 0:
+        if event.count(b"\n") == 2 and _under_way(event):
             # The last token event: the ones before it must be token events too.
-            events = _tokens_only(data, end) if start else int(event.count(_NULL_FINISH) == 1)
+            events = _tokens_only(data, end) if start else 1
             return (end, events) if events else (0, 0)
         end = start
     return 0, 0

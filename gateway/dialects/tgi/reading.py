@@ -107,17 +107,12 @@ class GenerateStreamParser(EventParser):
     def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
         """A run of token events read from the template: what `on_event` does for each."""
         named = held.get("token.id")
-        if len(texts) == 1:  # a model server's pace: an event a read
-            text = texts[0]
-            if text:
-                out.append(new_event(TextDelta, (text, 0, None, ids_list(named[0]) if named else None)))
-                self._sent.append(text)
-            return
-        ids = None if named is None or "" in texts else _id_lists(named)
-        if ids is not None:
-            out.append(new_event(TextRun, (texts, 0, ids)))
-            self._sent += texts
-            return
+        if len(texts) > 1 and named is not None and "" not in texts:
+            ids = _id_lists(named)
+            if ids is not None:
+                out.append(new_event(TextRun, (texts, 0, ids)))
+                self._sent += texts
+                return
         for text, ident in zip(texts, named or [None] * len(texts), strict=True):
             if text:
                 out.append(new_event(TextDelta, (text, 0, None, ids_list(ident))))
