@@ -11,9 +11,11 @@ torch, which this machine kind keeps on disk and pip finds there.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,6 +49,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` free ports in a row (Triton listens on three), below the kernel's
+    range for outgoing connections, which could take one of the row between this look and the
+    server's bind."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        first = random.randrange(max(1024, low - 12000), low - count)
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return first
+    raise RuntimeError(f"no {count} free ports in a row below {low}")
 
 
 def _log(msg: str) -> None:
@@ -160,7 +179,7 @@ def start_vllm(model: Path, name: str = "tiny", *, max_model_len: int = 512, mor
 
 def start_triton() -> Server:
     python = venv("pytriton", [PYTRITON])
-    port = free_port()
+    port = free_ports(3)  # HTTP, gRPC, metrics
     log = CACHE / "triton.log"
     # The Python backend's stub links libpython from the system library path; the interpreter
     # that runs the models may be another build. Its own lib folder comes first.
