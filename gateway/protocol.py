@@ -1,5 +1,6 @@
 """The guarded HTTP protocol: aiohttp's per-connection protocol with a header deadline and cap;
-and the one place that reaches into aiohttp's own members (see the end of this module).
+and, with gateway.httpout, a place that reaches into aiohttp's own members (see the end of
+this module).
 
 aiohttp's server has no deadline for a request's headers and no cap on their total size, so a
 client that opens connections and dribbles header bytes (slowloris) holds them for as long as the

@@ -1,6 +1,8 @@
-"""The members of aiohttp that aiohttp keeps to itself and the gateway uses (gateway/protocol.py,
-the one module that touches them): if an aiohttp release renames or reshapes one, this fails
-here, by name, rather than somewhere in the middle of serving a request."""
+"""The members of aiohttp that aiohttp keeps to itself and the gateway's listener uses
+(gateway/protocol.py): if an aiohttp release renames or reshapes one, this fails here, by name,
+rather than somewhere in the middle of serving a request. (Those the answers' writers set,
+gateway/httpout.py, are held by tests/test_httpout.py, which compares their bytes and
+connections with aiohttp's own.)"""
 
 import asyncio
 import inspect

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from gateway.codec.capabilities import Keeps, Pings, at_end, has, key_headers
 from gateway.codec.contract import Caller, Endpoint, Inbound, RenderContext, Reply
+from gateway.httpout import StreamAnswer, WholeAnswer
 from gateway.neutral.errors import GatewayError, Unavailable, UpstreamError, UpstreamTimeout
 from gateway.neutral.types import Request
 from gateway.proxy import observe
@@ -112,11 +113,10 @@ async def within(when: float | None, aw: Awaitable[T]) -> T:
         raise UpstreamTimeout("the request did not finish within its time limit") from None
 
 
-def reply_response(reply: Reply) -> web.Response:
+def reply_response(reply: Reply) -> WholeAnswer:
     if reply.body is None:
-        return web.Response(status=reply.status)
-    # Set as a header: a relayed backend type may carry parameters ("; charset=utf-8").
-    return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": reply.content_type})
+        return WholeAnswer(b"", status=reply.status)
+    return WholeAnswer(reply.body, status=reply.status, headers={"Content-Type": reply.content_type})
 
 
 def arrival_of(request: web.Request) -> Arrival:
@@ -246,14 +246,13 @@ async def _answer(
     ex.counted(result.usage)
     if ep.keep is not None:
         await ep.keep(req, result, ctx, caller)
-    # The type as a header, not `content_type=`: aiohttp would parse it again.
     headers = {"Content-Type": ep.content_type, REQUEST_ID: ex.request_id}
     if ep.headers is not None:
         headers.update(ep.headers(result, ctx))
     if plan.dropped:
         headers[DROPPED_HEADER] = ",".join(plan.dropped)
     ex.status = 200
-    return web.Response(body=out, headers=headers)
+    return WholeAnswer(out, headers=headers)
 
 
 async def _stream(
@@ -299,18 +298,14 @@ async def _stream(
             body, whole = await rendered(stream, renderer, first, ex)
             if whole and has(renderer, Keeps):
                 await renderer.keep(caller)
-            answer = web.Response(status=200, body=body, headers=headers)
+            answer = WholeAnswer(body, headers=headers)
             if svc.drain.closing:
                 answer.force_close()
             return answer
-        resp = web.StreamResponse(status=200, headers=headers)
+        resp = StreamAnswer(status=200, headers=headers)
         if svc.drain.closing:
             resp.force_close()
-        try:
-            await resp.prepare(request)
-        except ConnectionResetError:
-            ex.disconnect = "before_first_token"
-            return resp
+        await resp.prepare(request)  # the head waits to go out with the first events
         if task is not None:
             svc.drain.streams.add(task)
         try:

@@ -94,6 +94,8 @@ async def relay(
         out += renderer.render(first)
     if first is None:
         return out
+    if not out:
+        await resp.write(b"")  # the head goes now, without waiting for events that render
     ending = stream if has(stream, Ends) else None  # asked after each read: found once
     while True:
         if out and not (ending is not None and ending.ended):
@@ -124,16 +126,18 @@ def fault_tail(renderer: StreamRenderer, e: GatewayError, ex: Exchange) -> bytes
 
 async def rendered(
     stream: EventStream, renderer: StreamRenderer, first: list[Event], ex: Exchange
-) -> tuple[bytes, bool]:
-    """A stream whose backend's answer has all come (`Ends`), rendered whole (a fault in what is
-    left, in-band as it would be streamed); whether it ended without one."""
-    out = renderer.start()
+) -> tuple[list[bytes], bool]:
+    """A stream whose backend's answer has all come (`Ends`), rendered whole, in parts (a fault in
+    what is left, in-band as it would be streamed); whether it ended without one."""
+    out = [renderer.start()]
     events: list[Event] | None = first
     try:
         while events is not None:
             ex.observe(events)
-            out += renderer.render(events)
+            out.append(renderer.render(events))
             events = await stream.next()
     except GatewayError as e:
-        return out + fault_tail(renderer, e, ex), False
-    return out + renderer.end(), True
+        out.append(fault_tail(renderer, e, ex))
+        return [part for part in out if part], False
+    out.append(renderer.end())
+    return [part for part in out if part], True
