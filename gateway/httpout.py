@@ -22,7 +22,6 @@ answer's final keep-alive (which the server reads to keep the connection or clos
 end was sent, its body's length, its request and writer while it streams.
 """
 
-import asyncio
 from collections.abc import Mapping
 
 from aiohttp import hdrs, web
@@ -86,11 +85,20 @@ def _head(resp: web.StreamResponse, request: web.BaseRequest, size: int | None) 
     return "\r\n".join(lines).encode(), keep_alive, empty
 
 
-def _open(request: web.BaseRequest) -> asyncio.Transport:
+def _put(request: web.BaseRequest, parts: list[bytes | bytearray | memoryview], size: int) -> bool:
+    """`parts` written to the client in one send: joined, or, past `_JOIN_BELOW` bytes of body
+    (`size`), handed over side by side; whether the socket's buffer is full enough that the
+    writer should wait for the client to take some in."""
     transport = request.transport
     if transport is None or transport.is_closing():
         raise ConnectionResetError("Cannot write to closing transport")
-    return transport
+    if size < _JOIN_BELOW:
+        piece = b"".join(parts)
+        if piece:
+            transport.write(piece)
+    else:
+        transport.writelines(parts)
+    return transport.get_write_buffer_size() > _DRAIN_ABOVE
 
 
 class WholeAnswer(web.StreamResponse):
@@ -112,17 +120,11 @@ class WholeAnswer(web.StreamResponse):
         if self.prepared:
             return None
         head, keep_alive, empty = _head(self, request, self._size)
-        transport = _open(request)
-        if empty or not self._size:
-            transport.write(head)
-        elif self._size < _JOIN_BELOW:
-            transport.write(b"".join([head, *self._parts]))
-        else:
-            transport.writelines([head, *self._parts])
+        full = _put(request, [head] if empty else [head, *self._parts], 0 if empty else self._size)
         self._keep_alive = keep_alive
         self._eof_sent = True
         self._body_length = 0 if empty else self._size
-        if transport.get_write_buffer_size() > _DRAIN_ABOVE:
+        if full:
             await request.writer.drain()
         return None
 
@@ -164,21 +166,16 @@ class StreamAnswer(web.StreamResponse):
     async def _send(self, data: bytes | bytearray | memoryview, end: bytes) -> None:
         request = self._req
         assert request is not None
-        transport = _open(request)
         if self._empty:
             data = b""
         size = len(data)
-        self._body_length += size
+        parts: list[bytes | bytearray | memoryview]
         if self._framed and size:
             parts = [self._pending, b"%x\r\n" % size, data, b"\r\n", end]
         else:
             parts = [self._pending, data, end]
+        full = _put(request, parts, size)
         self._pending = b""
-        if size < _JOIN_BELOW:
-            piece = b"".join(parts)
-            if piece:
-                transport.write(piece)
-        else:
-            transport.writelines(parts)
-        if transport.get_write_buffer_size() > _DRAIN_ABOVE:
+        self._body_length += size
+        if full:
             await request.writer.drain()

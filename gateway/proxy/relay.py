@@ -138,6 +138,8 @@ async def rendered(
             events = await stream.next()
     except GatewayError as e:
         out.append(fault_tail(renderer, e, ex))
-        return [part for part in out if part], False
-    out.append(renderer.end())
-    return [part for part in out if part], True
+        whole = False
+    else:
+        out.append(renderer.end())
+        whole = True
+    return [part for part in out if part], whole
