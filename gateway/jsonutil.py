@@ -39,5 +39,10 @@ def string_contents(texts: list[str]) -> list[bytes] | None:
     return None if encoded is None else encoded[2:-2].split(b'","')
 
 
+def numbers(values: list[int]) -> list[bytes]:
+    """Each integer as JSON writes it, encoded in one call (a run of tokens' positions or ids)."""
+    return orjson.dumps(values)[1:-1].split(b",") if values else []
+
+
 def dumps_str(obj: Any) -> str:
     return orjson.dumps(obj).decode()

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from gateway import jsonutil
+from gateway.codec import frames
 from gateway.codec.contract import RenderContext
 from gateway.dialects.mindie import render as mindie
 from gateway.dialects.openai import render as openai
@@ -155,3 +156,50 @@ def test_texts_cut_from_one_encoding_are_each_texts_json_string() -> None:
             assert [b'"' + c + b'"' for c in contents] == list(map(jsonutil.dumps, texts)), texts
     assert cut > 1_000
     assert jsonutil.string_contents([]) is None
+
+
+@pytest.mark.parametrize("name", ["tgi", "mindie tgi-style", "mindie native"])
+def test_random_runs_with_ids_render_as_their_deltas(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's frames are laid out from the template's pieces and joined once (gateway.codec.frames),
+    its ids and positions encoded together: the same bytes as each delta written on its own, for
+    any mix of texts and ids (one each, several, none, an empty list)."""
+    rng = random.Random(23)
+    alphabet = ['"', "\\", ",", '","', "],[", "a", " ", "é", "😀", "\n", "\x00", "%b", "%d"]
+    choices: list[list[int] | None] = [[5], [150_000], [0], [7, 8], [], None]
+    for _ in range(300):
+        reads = []
+        for _ in range(rng.randint(1, 4)):
+            size = rng.randint(2, 7)  # a run is two texts or more
+            texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 3))) for _ in range(size)]
+            picked = [rng.choice(choices) for _ in range(size)]
+            ids = None if rng.random() < 0.2 else [one or [] for one in picked]
+            reads.append([TextRun(texts, 0, ids)])
+        outputs = []
+        for expanded in (False, True):
+            ticks = itertools.count(1)
+            monkeypatch.setattr(tgi.time, "perf_counter", lambda ticks=ticks: next(ticks) / 1000)
+            monkeypatch.setattr(mindie, "_ids", itertools.count(1))
+            r = _renderers(RenderContext("r", 1, "m", started=0.0005))[name]
+            out = r.start()  # type: ignore[attr-defined]
+            for read in reads:
+                out += r.render(expand(read) if expanded else read)  # type: ignore[attr-defined]
+            outputs.append(out + r.end())  # type: ignore[attr-defined]
+        assert outputs[0] == outputs[1], reads
+
+
+def test_frames_filled_from_a_template_are_the_template_formatted() -> None:
+    """gateway.codec.frames: each row is what `template % row` gives, the rows joined; the holes'
+    count is checked; jsonutil.numbers writes each integer as JSON does."""
+    template = b'data:{"index":%d,"id":%b,"text":%b}\n\n'
+    pieces = frames.template_pieces(template, 3)
+    rng = random.Random(5)
+    for rows in range(1, 6):
+        values = [
+            (rng.randint(0, 10**6), b"%d" % rng.randint(-5, 5), jsonutil.dumps(str(rng.random()))) for _ in range(rows)
+        ]
+        columns = [jsonutil.numbers([v[0] for v in values]), [v[1] for v in values], [v[2] for v in values]]
+        assert frames.filled(pieces, columns) == b"".join(template % v for v in values)
+    with pytest.raises(ValueError):
+        frames.template_pieces(template, 2)
+    assert jsonutil.numbers([]) == []
+    assert jsonutil.numbers([0, -3, 2**40]) == [b"0", b"-3", b"1099511627776"]

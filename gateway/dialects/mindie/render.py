@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext
+from gateway.codec.frames import filled, template_pieces
 from gateway.dialects.openai import render as openai
 from gateway.dialects.tgi import render as tgi
 from gateway.neutral.errors import GatewayError
@@ -105,6 +106,9 @@ _DECODE_TOKEN = b'data: {"prefill_time":null,"decode_time":%b,"token":{"id":%b,"
 # A token that came with the one before it (0 ms later) and without an id, cut around its text.
 _LATER_PRE, _LATER_POST = (_DECODE_TOKEN % (b"0.0", b"null", b"\0")).split(b"\0")
 _LATER_BETWEEN = _LATER_POST + _LATER_PRE
+# The same with an id: around the id and the text, or the text's contents between its quotes.
+_LATER = template_pieces(_DECODE_TOKEN % (b"0.0", b"%b", b"%b"), 2)
+_LATER_QUOTED = template_pieces(_DECODE_TOKEN % (b"0.0", b"%b", b'"%b"'), 2)
 
 
 class NativeStreamRenderer(tgi.HoldBackRenderer):
@@ -129,13 +133,17 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
 
     def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
         # The first as token_frame writes it; the others came with it, 0 ms later.
+        if not texts:
+            return b""
         first = self.token_frame(TextDelta(texts[0], 0, None, None if ids is None else ids[0]), ms)
         if len(texts) < 2:
             return first
         if ids is None:
             return first + _LATER_PRE + jsonutil.strings_joined(texts[1:], _LATER_BETWEEN) + _LATER_POST
-        later = zip(itertools.repeat(b"0.0"), self.id_values(ids[1:]), map(_dumps, texts[1:]), strict=False)
-        return first + b"".join(map(_DECODE_TOKEN.__mod__, later))
+        texts = texts[1:]
+        contents = jsonutil.string_contents(texts)
+        pieces, values = (_LATER, list(map(_dumps, texts))) if contents is None else (_LATER_QUOTED, contents)
+        return first + filled(pieces, [self.id_values(ids[1:]), values])
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None

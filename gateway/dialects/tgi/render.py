@@ -8,11 +8,11 @@ docs/dialects/tgi.md.
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from itertools import repeat
 from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext
+from gateway.codec.frames import filled, template_pieces
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, UsageEvent
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
@@ -240,8 +240,12 @@ class HoldBackRenderer(ABC):
 
     def id_values(self, ids: list[list[int]]) -> list[bytes]:
         """Each token's ids as its event writes them (see `ids_value`)."""
+        encoded = _dumps(ids)
+        # One id each (no empty list, no comma but those between the lists): each its number.
+        if encoded.count(b",") == len(ids) - 1 and encoded.find(b"[]") < 0:
+            return encoded[2:-2].split(b"],[")
         fl = self._fl
-        return [b"%d" % one[0] if len(one) == 1 else _dumps(ids_value(one, fl.unknown_id, fl.id_lists)) for one in ids]
+        return [_dumps(ids_value(one, fl.unknown_id, fl.id_lists)) for one in ids]
 
     @abstractmethod
     def final_event(
@@ -298,10 +302,11 @@ class TGIStreamRenderer(HoldBackRenderer):
         self._index = 0
         self._no_id = _dumps(fl.unknown_id)  # a token the backend gave no id for
         self._frame = self._prefix + (_INDEXED_TOKEN if fl.index else _TOKEN)
-        if fl.index:
-            # The same with the text's quotes in the template, for a text given as its contents.
-            self._quoted_frame = self._frame.replace(b'"text":%b', b'"text":"%b"')
-        else:
+        holes = 3 if fl.index else 2
+        self._pieces = template_pieces(self._frame, holes)
+        # The same with the text's quotes in the template, for texts given as their contents.
+        self._quoted = template_pieces(self._frame.replace(b'"text":%b', b'"text":"%b"'), holes)
+        if not fl.index:
             # A token without an id, cut around its text (a run's frames differ only there).
             self._text_pre, self._text_post = (self._frame % (self._no_id, b"\0")).split(b"\0")
             self._between = self._text_post + self._text_pre
@@ -336,15 +341,17 @@ class TGIStreamRenderer(HoldBackRenderer):
     def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
         # token_frame of each (no time in TGI's): one template filled per text in a single call,
         # or where only the text differs, the texts encoded together.
-        named = repeat(self._no_id) if ids is None else self.id_values(ids)
-        if self._fl.index:
-            first, self._index = self._index + 1, self._index + len(texts)
-            contents = jsonutil.string_contents(texts)
-            frame, values = (self._frame, map(_dumps, texts)) if contents is None else (self._quoted_frame, contents)
-            return b"".join(map(frame.__mod__, zip(range(first, self._index + 1), named, values, strict=False)))
-        if ids is None:
+        if not texts:
+            return b""
+        if ids is None and not self._fl.index:
             return self._text_pre + jsonutil.strings_joined(texts, self._between) + self._text_post
-        return b"".join(map(self._frame.__mod__, zip(named, map(_dumps, texts), strict=True)))
+        named = [self._no_id] * len(texts) if ids is None else self.id_values(ids)
+        contents = jsonutil.string_contents(texts)
+        pieces, values = (self._pieces, list(map(_dumps, texts))) if contents is None else (self._quoted, contents)
+        if not self._fl.index:
+            return filled(pieces, [named, values])
+        first, self._index = self._index + 1, self._index + len(texts)
+        return filled(pieces, [jsonutil.numbers(list(range(first, self._index + 1))), named, values])
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
