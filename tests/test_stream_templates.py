@@ -79,7 +79,9 @@ def test_openai_text_chunks_follow_the_general_rules(flavour: openai.Flavour, ta
 
 
 def _renderers(ctx: RenderContext) -> dict[str, object]:
+    from gateway.dialects.anthropic import render as anthropic
     from gateway.dialects.databricks import render as databricks
+    from gateway.dialects.responses import stream as responses
     from gateway.dialects.triton import render as triton
     from gateway.neutral.params import Params
 
@@ -96,6 +98,8 @@ def _renderers(ctx: RenderContext) -> dict[str, object]:
         "mindie native": mindie.NativeStreamRenderer(req(Task.COMPLETION, "mindie"), ctx),
         "mindie vllm-style": mindie.VllmStreamRenderer(req(Task.COMPLETION, "mindie", 2), ctx),
         "triton": triton.TritonStreamRenderer(req(Task.COMPLETION, "triton"), ctx),
+        "responses": responses.ResponseStream(req(Task.CHAT, "responses"), ctx),
+        "anthropic": anthropic.stream_renderer(req(Task.CHAT, "anthropic"), ctx),
     }
 
 

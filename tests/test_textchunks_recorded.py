@@ -149,3 +149,33 @@ def test_a_recorded_stream_reads_from_its_template_as_it_reads_whole(name: str) 
     assert parser._chunks is not None
     if name in TEMPLATED:
         assert parser._chunks.read > 0, "the server's text events were not read from their template"
+
+
+def test_a_servers_next_stream_takes_its_template_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A template learned from one stream is kept (gateway.codec.textchunks `_KEPT`): the same
+    server's next stream, whose first text event fits it, reads from it without learning anew
+    (no payload is cut at its values), and reads what the full reading reads. Streams of every
+    server, read in turn and mixed (servers of one parser kind write different shapes), each
+    read as the full reading reads them."""
+    import gateway.codec.textchunks as textchunks
+
+    rng = random.Random(31)
+    streams = []
+    for name in sorted(TEMPLATED):
+        data = (FIX / name).read_bytes()
+        text = STREAMS[name]()._chunks._text  # type: ignore[union-attr]
+        streams.append((name, lengthened(data, text, rng)))
+    learned: list[str] = []
+    monkeypatch.setattr(textchunks, "units", lambda payload: learned.append("cut") or units(payload))
+    for rounds in range(3):
+        order = streams[:] if rounds == 0 else rng.sample(streams, len(streams))
+        for name, data in order:
+            factory = STREAMS[name]
+            expected = read_all(general(factory), data, [])  # type: ignore[arg-type]
+            for cuts in ([], event_cuts(data)):
+                learned.clear()
+                parser = factory()
+                assert read_all(parser, data, cuts) == expected, name  # type: ignore[arg-type]
+                assert parser._chunks is not None and parser._chunks.read > 0, name
+                if cuts:  # the second stream of this server in a row
+                    assert not learned, f"{name}: the template was learned anew"

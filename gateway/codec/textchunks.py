@@ -53,6 +53,32 @@ _Learned = tuple[bytes, tuple[str, ...], tuple[bytes, ...], tuple[bytes, ...], f
 ALWAYS = True  # `varying[path]`: a hole from the first event
 SEEN = False  # a hole once it was seen to change
 
+# The templates streams learned, by what they were for (text path, varying fields, take, reads):
+# a server's next stream most often writes its text events as the last one did, and a template
+# it fits is taken over instead of learned anew (its holes are varying fields, so a hole more
+# than this stream would have learned is a field its reading ignores or folds).
+_Kind = tuple[str, tuple[tuple[str, bool], ...], Take | None, tuple[str, ...], bool]
+_KEPT: dict[_Kind, list[tuple[Any, ...]]] = {}
+_KINDS = 32  # kinds kept before all are forgotten
+_PER_KIND = 4  # templates kept a kind, the latest first
+# What a template is: TextChunks' slots that `_build` and `learn` set.
+_STATE = (
+    "_learned",
+    "_pre",
+    "_segs",
+    "_suf",
+    "_per",
+    "_text_at",
+    "_held",
+    "_index",
+    "_framing",
+    "_lead",
+    "_tail",
+    "_line",
+    "_middle",
+    "_seps",
+)
+
 
 class TextChunks:
     """The template of one stream's text events: `text` is the text's path; `varying` the paths
@@ -152,8 +178,12 @@ class TextChunks:
         # the wire each of its lines has a `data:` of its own, which the template would lack.
         if b"\n" in payload or b"\r" in payload:
             return
-        if self._learned is None and text is not None and self._plain(payload, text, index, framing):
-            return
+        if text is not None:
+            if self._known(payload, index, framing, text):
+                return
+            if self._learned is None and self._plain(payload, text, index, framing):
+                self._keep()
+                return
         found = units(payload)
         if found is None:
             return
@@ -176,6 +206,66 @@ class TextChunks:
         order = sorted(holes)
         spans = [(found[n].start, found[n].end) for n in order]
         self._build(payload, spans, order.index(at[0]), tuple(paths[n] for n in order), framing, index)
+        self._keep()
+
+    def _kind(self) -> _Kind:
+        return (self._text, tuple(self._varying.items()), self._take, self._reads, self._empty)
+
+    def _known(self, payload: bytes, index: int, framing: bytes, text: str) -> bool:
+        """Whether a text event read whole (`text`) fits a template a stream of the same kind
+        learned, which is then this stream's (a stream's first, or one its template missed)."""
+        kept = _KEPT.get(self._kind())
+        if not kept:
+            return False
+        current = self._state()
+        best = None
+        # The one with the fewest holes of those it fits (the cheapest read; a stream's first
+        # text event may fit both its own kind's first template and the one learned after a
+        # field changed), the latest of equals.
+        for state in kept:
+            # state[7], [8], [1], [4]: its index, framing, first bytes and holes (see _STATE).
+            if state[7] != index or state[8] != framing or not payload.startswith(state[1]):
+                continue
+            if best is not None and state[4] >= best[4]:
+                continue
+            self._set(state)
+            parts: list[bytes] = []
+            if payload.endswith(self._suf) and self._parts(framing + payload, parts) and self._text_of(parts) == text:
+                best = state
+        self._set(current if best is None else best)
+        return best is not None
+
+    def _state(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _STATE)
+
+    def _set(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(_STATE, state, strict=True):
+            setattr(self, name, value)
+
+    def _text_of(self, parts: list[bytes]) -> str | None:
+        """The text an event's holes hold, when each is one JSON value."""
+        body = b",".join(parts)
+        try:
+            values = jsonutil.loads(b"[" + body + b"]")
+        except jsonutil.JSONDecodeError:
+            return None
+        if 10 in body or 13 in body or len(values) != len(parts) or type(values[self._text_at]) is not str:
+            return None
+        text: str = values[self._text_at]
+        return text
+
+    def _keep(self) -> None:
+        """This stream's template, for the streams after it (see `_known`)."""
+        kind = self._kind()
+        kept = _KEPT.get(kind)
+        if kept is None:
+            if len(_KEPT) >= _KINDS:
+                _KEPT.clear()
+            kept = _KEPT[kind] = []
+        state = self._state()
+        if state not in kept:
+            kept.insert(0, state)
+            del kept[_PER_KIND:]
 
     def _plain(self, payload: bytes, text: str, index: int, framing: bytes) -> bool:
         """The first template of a stream whose events have none of the fields that always
@@ -331,10 +421,15 @@ class TextChunks:
         if found < 0:
             return None, start, start
         end = found + len(self._tail)
-        # A stream's closing events may end as the template's do: the last one is looked at first.
+        # A stream's closing events may end as the template's do: the last one is looked at first,
+        # its holes read (MindIE's final event has the bytes between them, the texts and details
+        # in one hole and a null text).
         last = data.rfind(b"\n\n", start, found)
         last = last + 2 if last >= 0 else start
-        if not data.startswith(self._lead, last) or not self._parts(data[last : end - 2], []):
+        holes: list[bytes] = []
+        if not data.startswith(self._lead, last) or not self._parts(data[last : end - 2], holes):
+            return None, start, found
+        if self._text_of(holes) is None:
             return None, start, found
         run = data[start:end]
         # Each event's bytes between its lead and its tail, from its data line, if the read is as

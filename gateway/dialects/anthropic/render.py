@@ -240,7 +240,12 @@ class MessageStream:
                     continue
                 if self._open is None or self._open[0] != "text":
                     out.append(self._begin("text", {"type": "text", "text": ""}))
-                out += [_TEXT_DELTA % (self._blocks, _dumps(text)) for text in texts if text]
+                if len(texts) == 1:
+                    out.append(_TEXT_DELTA % (self._blocks, _dumps(texts[0])))
+                else:
+                    # The block's delta cut around its text: the texts encoded together between.
+                    pre, post = (_TEXT_DELTA % (self._blocks, b"\0")).split(b"\0")
+                    out.append(pre + jsonutil.strings_joined(list(filter(None, texts)), post + pre) + post)
             elif t is ReasoningDelta:
                 assert isinstance(ev, ReasoningDelta)
                 if ev.index != 0 or not ev.text:

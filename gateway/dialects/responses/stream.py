@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import Caller, RenderContext, StreamRenderer
+from gateway.codec.frames import filled
 from gateway.dialects.responses import stored
 from gateway.dialects.responses.render import (
     CONTENT_TYPE,
@@ -222,10 +223,15 @@ class ResponseStream:
                 if self._open != "message":
                     parts.append(self._open_text("message"))
                 # A run of the open message's text pieces, each its own delta event.
-                seq, pre, post = w.seq, self._pre, self._post
+                seq = w.seq
                 w.seq = seq + len(texts)
                 self._texts += texts
-                parts += [pre + b"%d" % (seq + k) + post + _dumps(text) + _TAIL for k, text in enumerate(texts)]
+                numbers = jsonutil.numbers(list(range(seq, w.seq)))
+                contents = jsonutil.string_contents(texts)
+                if contents is None:
+                    parts.append(filled((self._pre, self._post, _TAIL), [numbers, list(map(_dumps, texts))]))
+                else:
+                    parts.append(filled((self._pre, self._post + b'"', b'"' + _TAIL), [numbers, contents]))
             elif t is ReasoningDelta:
                 assert isinstance(ev, ReasoningDelta)
                 if ev.index or not ev.text:
