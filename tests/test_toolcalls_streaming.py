@@ -215,3 +215,28 @@ def test_escapes_of_lone_surrogates_never_reach_the_client_unescaped():
             for text in [got.content] + [c.name + c.arguments for c in got.calls]:
                 text.encode("utf-8")
             assert [json.loads(c.arguments) for c in got.calls] == arguments
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "mistral", "pythonic", "llama3_json"])
+def test_a_run_that_passes_is_each_text_fed_back_as_it_is(fmt: str) -> None:
+    """`passes` (a run of tokens goes on as one event) says yes only where `feed` would give
+    every text of the run back whole, one event each: random runs after random openings."""
+    rng = random.Random(fmt)
+    pieces = ["Hello", " world", " ", "\n", "", "<", "[", "{", "<tool_call>", "x\t", "é", "😀", "TOOL"]
+    said = {True: 0, False: 0}
+    for _ in range(3000):
+        opening = "".join(rng.choices(pieces, k=rng.randint(0, 3)))
+        texts = rng.choices(pieces, k=rng.randint(2, 6))
+        s = stream(fmt)
+        if opening:
+            s.feed(opening)
+        # What `passes` is to say, asked of each text in turn.
+        each = (s._reader is None and not s._tail and not s._start_open and s._texted and not s._ws) and all(
+            t and not t[-1].isspace() and not any(c in t for c in s._anywhere) for t in texts
+        )
+        passes = s.passes(texts)
+        assert passes == each, (opening, texts)
+        said[passes] += 1
+        if passes:
+            assert [s.feed(t) for t in texts] == [[TextDelta(t)] for t in texts], (opening, texts)
+    assert said[True] > 50 and said[False] > 50, said

@@ -93,6 +93,9 @@ def _fold_trtllm(reader: Reader, held: dict[str, list[Any]]) -> None:
         reader.completion_tokens = (reader.completion_tokens or 0) + tensor_count(held["output_log_probs"])
 
 
+_INT = {int}
+
+
 def _fold_vllm(reader: Reader, held: dict[str, list[Any]]) -> None:
     # As `_take_vllm` reads each event: the last input count stands, output counts add up.
     for n in reversed(held.get("num_input_tokens", ())):
@@ -101,6 +104,10 @@ def _fold_vllm(reader: Reader, held: dict[str, list[Any]]) -> None:
             break
     outputs = held.get("num_output_tokens")
     if outputs:
+        # The usual run: a plain number an event, added up without a Python step each.
+        if set(map(type, outputs)) == _INT:
+            reader.completion_tokens = (reader.completion_tokens or 0) + sum(outputs)
+            return
         counted = [n for n in map(first_value, outputs) if isinstance(n, int)]
         if counted:
             reader.completion_tokens = (reader.completion_tokens or 0) + sum(counted)
@@ -108,9 +115,10 @@ def _fold_vllm(reader: Reader, held: dict[str, list[Any]]) -> None:
 
 def _fold_mindie(reader: Reader, held: dict[str, list[Any]]) -> None:
     # A running total: the last event's stands.
-    generated = [n for n in held.get("details.generated_tokens", ()) if isinstance(n, int)]
-    if generated:
-        reader.completion_tokens = generated[-1]
+    for n in reversed(held.get("details.generated_tokens", ())):
+        if isinstance(n, int):
+            reader.completion_tokens = n
+            return
 
 
 # Log probabilities (one per token: a count), and what the ensemble may add beside them.
