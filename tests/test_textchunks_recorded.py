@@ -152,12 +152,12 @@ def test_a_recorded_stream_reads_from_its_template_as_it_reads_whole(name: str) 
 
 
 def test_a_servers_next_stream_takes_its_template_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A template learned from one stream is kept (gateway.codec.textchunks `_KEPT`): the same
+    """A template learned from one stream is kept (gateway.codec.learning `_KEPT`): the same
     server's next stream, whose first text event fits it, reads from it without learning anew
     (no payload is cut at its values), and reads what the full reading reads. Streams of every
     server, read in turn and mixed (servers of one parser kind write different shapes), each
     read as the full reading reads them."""
-    import gateway.codec.textchunks as textchunks
+    import gateway.codec.learning as learning
 
     rng = random.Random(31)
     streams = []
@@ -166,7 +166,7 @@ def test_a_servers_next_stream_takes_its_template_over(monkeypatch: pytest.Monke
         text = STREAMS[name]()._chunks._text  # type: ignore[union-attr]
         streams.append((name, lengthened(data, text, rng)))
     learned: list[str] = []
-    monkeypatch.setattr(textchunks, "units", lambda payload: learned.append("cut") or units(payload))
+    monkeypatch.setattr(learning, "units", lambda payload: learned.append("cut") or units(payload))
     for rounds in range(3):
         order = streams[:] if rounds == 0 else rng.sample(streams, len(streams))
         for name, data in order:

@@ -5,8 +5,9 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.errors import message_of
 from gateway.codec.finish import FinishWords
+from gateway.codec.learning import ALWAYS, SEEN
 from gateway.codec.parsing import PARSE_ERRORS, EventParser, Renamer, kept, renamed
-from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
+from gateway.codec.textchunks import TextChunks
 from gateway.dialects.openai.params import FINISH_WORDS as WORDS
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent

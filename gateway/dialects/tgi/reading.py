@@ -6,8 +6,9 @@ from typing import Any, cast
 from gateway import jsonutil
 from gateway.codec.errors import message_of
 from gateway.codec.finish import FinishWords
+from gateway.codec.learning import ALWAYS, SEEN
 from gateway.codec.parsing import EventParser, broken_off
-from gateway.codec.textchunks import ALWAYS, SEEN, TextChunks
+from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, UsageEvent, new_event
 from gateway.neutral.types import Choice, Finish, Result, Usage

@@ -6,7 +6,7 @@ counts, how a stream's end is judged, and which fields change from one stream ev
 from typing import Any
 
 from gateway.codec.finish import FinishWords
-from gateway.codec.textchunks import ALWAYS, SEEN
+from gateway.codec.learning import ALWAYS, SEEN
 from gateway.dialects.triton.reading import Reader, Reading, first_value, tensor_count
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.types import Finish
