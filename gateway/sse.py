@@ -98,7 +98,7 @@ class SSEDecoder:
             self._bom = False
             if buf.startswith(_BOM):
                 del buf[: len(_BOM)]
-        if b"\r" in buf:
+        if 13 in buf:  # a CR (its code: found by memchr)
             # Normalise CRLF and lone CR to LF, but keep a trailing CR until we see what follows it.
             if buf.endswith(b"\r"):
                 self._pending_cr = True

@@ -27,13 +27,20 @@ _TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
 _VARYING = {"sequence_number": ALWAYS, "obfuscation": ALWAYS}
 # What a pass-through stream reports of an event that carries generated text, undecoded.
 A_TOKEN = TextDelta("")
-_TOKEN_EVENTS = (
-    b'"type":"response.output_text.delta"',
-    b'"type":"response.reasoning_text.delta"',
-    b'"type":"response.reasoning_summary_text.delta"',
-    b'"type":"response.function_call_arguments.delta"',
-    b'"type":"response.custom_tool_call_input.delta"',
+# The events that carry generated text.
+_TOKEN_KINDS = frozenset(
+    (
+        b"response.output_text.delta",
+        b"response.reasoning_text.delta",
+        b"response.reasoning_summary_text.delta",
+        b"response.function_call_arguments.delta",
+        b"response.custom_tool_call_input.delta",
+    )
 )
+# An event that ends the stream.
+_FINAL_KINDS = frozenset((*_TERMINAL, b"error"))
+# The kinds a pass-through looks for, wherever an event names them.
+_KINDS = re.compile(b'"type":"(' + b"|".join(map(re.escape, sorted(_TOKEN_KINDS | _FINAL_KINDS))) + b')"')
 
 
 def usage_from(obj: Any) -> Usage | None:
@@ -205,14 +212,18 @@ class ResponsesStreamParser(EventParser):
     def _pass(self, data: bytes, out: list[Event]) -> None:
         """An event of a pass-through: as it came (its lines, the model renamed in what holds
         the response), with what the metrics read of it."""
-        if any(t in data for t in _TOKEN_EVENTS):
+        # The kinds it names that count here, found in one pass over the payload (the closing
+        # events hold the whole answer).
+        kinds = set(_KINDS.findall(data))
+        if kinds & _TOKEN_KINDS:
             out.append(Frame(self.relayed(data, "model", None)))
             out.append(A_TOKEN)
             return
-        final = any(b'"type":"' + t + b'"' in data for t in _TERMINAL) or b'"type":"error"' in data
+        final = bool(kinds & _FINAL_KINDS)
         block = self.relayed(data, "model", None)
         obj: Any = None
-        if self._rename is not None and b'"response":' in data:
+        holds_response = data.find(b'"response":') >= 0
+        if self._rename is not None and holds_response:
             obj = jsonutil.loads(data)
             response = obj.get("response") if isinstance(obj, dict) else None
             if data.count(b'"model"') == 1 and isinstance(response, dict) and isinstance(response.get("model"), str):
@@ -224,7 +235,7 @@ class ResponsesStreamParser(EventParser):
                 else:  # the event written anew: framed as the API frames it
                     kind = str(jsonutil.loads(fixed).get("type", ""))
                     block = b"event: " + kind.encode() + b"\n" + encode_data(fixed)
-        if self._previous is not None and b'"response":' in data:
+        if self._previous is not None and holds_response:
             block = with_previous(block, self._previous)
         out.append(Frame(block, final=final))
         if final:
