@@ -339,8 +339,9 @@ class TGIStreamRenderer(HoldBackRenderer):
         return self._frame % (token_id, _dumps(d.text))
 
     def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
-        # token_frame of each (no time in TGI's): one template filled per text in a single call,
-        # or where only the text differs, the texts encoded together.
+        # token_frame of each (no time in TGI's): the frames laid out from the template's pieces
+        # and joined once (gateway.codec.frames), or where only the text differs, the texts
+        # encoded together.
         if not texts:
             return b""
         if ids is None and not self._fl.index:
