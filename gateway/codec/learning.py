@@ -89,6 +89,7 @@ class Template:
         "_per",
         "_pre",
         "_reads",
+        "_refused",
         "_segs",
         "_seps",
         "_suf",
@@ -98,6 +99,7 @@ class Template:
         "_text_at",
         "_tries",
         "_varying",
+        "read",
     )
 
     def __init__(
@@ -133,6 +135,10 @@ class Template:
         self._learned: _Learned | bytes | None = None
         self._choice = 0
         self._tries = TRIES
+        # What reading with it keeps (gateway.codec.textchunks): the last read whose run could
+        # not be proven whole, and how many events it read.
+        self._refused: bytes | None = None
+        self.read = 0
 
     @property
     def learning(self) -> bool:

@@ -20,12 +20,11 @@ bytes: when that gives the read back byte for byte, every event was the template
 pieces are its texts and holes. Anything else is cut event by event.
 """
 
-from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.learning import TRIES, Take, Template
+from gateway.codec.learning import TRIES, Template
 from gateway.neutral.events import Event, text_events
 
 _STR = {str}
@@ -39,19 +38,7 @@ class TextChunks(Template):
     of them from a read, an event on its own. `owner`: the reading parser, handed to `take`; by
     default the texts become TextRun and TextDelta events, empty ones too when `empty`."""
 
-    __slots__ = ("_refused", "read")
-
-    def __init__(
-        self,
-        text: str,
-        varying: Mapping[str, bool] | None = None,
-        take: Take | None = None,
-        reads: tuple[str, ...] = (),
-        empty: bool = False,
-    ) -> None:
-        super().__init__(text, varying, take, reads, empty)
-        self._refused: bytes | None = None  # the last read whose run `_whole` could not prove
-        self.read = 0  # events read from the template
+    __slots__ = ()
 
     def _decode(self, parts: list[bytes], out: list[Event], owner: Any = None) -> bool:
         """The events whose holes `parts` holds, in order, into `out`: True, or False (with
