@@ -203,6 +203,12 @@ def test_frames_filled_from_a_template_are_the_template_formatted() -> None:
         ]
         columns = [jsonutil.numbers([v[0] for v in values]), [v[1] for v in values], [v[2] for v in values]]
         assert frames.filled(pieces, columns) == b"".join(template % v for v in values)
+    # The texts in the last hole, cut from one encoding or (a quote, a comma) encoded each.
+    for texts in (["a", "b c"], ['say "hi"', "x"], ["a,b", ","], ["é", "\n"]):
+        ids = [b"%d" % n for n in range(len(texts))]
+        rows = enumerate(zip(ids, texts, strict=True))
+        expected = b"".join(template % (n, i, jsonutil.dumps(t)) for n, (i, t) in rows)
+        assert frames.filled_texts(pieces, [jsonutil.numbers(list(range(len(texts)))), ids], texts) == expected
     with pytest.raises(ValueError):
         frames.template_pieces(template, 2)
     assert jsonutil.numbers([]) == []

@@ -8,6 +8,8 @@ them, and joined once.
 
 from collections.abc import Sequence
 
+from gateway import jsonutil
+
 
 def template_pieces(template: bytes, holes: int) -> tuple[bytes, ...]:
     """`template`'s bytes around its `holes` (`%b` or `%d`, in order) for `filled`."""
@@ -35,3 +37,14 @@ def filled(pieces: Sequence[bytes], columns: Sequence[list[bytes]]) -> bytes:
         parts[2 + 2 * j :: step] = [after] * rows
     parts[-1] = pieces[holes]
     return b"".join(parts)
+
+
+def filled_texts(pieces: Sequence[bytes], columns: Sequence[list[bytes]], texts: list[str]) -> bytes:
+    """`filled` with the texts, each a JSON string, for the template's last hole: their contents
+    cut from one encoding of the list, the quotes moved into the pieces around the hole, where
+    the list can be cut (jsonutil.string_contents); else each text encoded on its own."""
+    contents = jsonutil.string_contents(texts)
+    if contents is None:
+        return filled(pieces, [*columns, list(map(jsonutil.dumps, texts))])
+    quoted = (*pieces[:-2], pieces[-2] + b'"', b'"' + pieces[-1])
+    return filled(quoted, [*columns, contents])

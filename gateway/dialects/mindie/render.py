@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext
-from gateway.codec.frames import filled, template_pieces
+from gateway.codec.frames import filled_texts, template_pieces
 from gateway.dialects.openai import render as openai
 from gateway.dialects.tgi import render as tgi
 from gateway.neutral.errors import GatewayError
@@ -106,9 +106,8 @@ _DECODE_TOKEN = b'data: {"prefill_time":null,"decode_time":%b,"token":{"id":%b,"
 # A token that came with the one before it (0 ms later) and without an id, cut around its text.
 _LATER_PRE, _LATER_POST = (_DECODE_TOKEN % (b"0.0", b"null", b"\0")).split(b"\0")
 _LATER_BETWEEN = _LATER_POST + _LATER_PRE
-# The same with an id: around the id and the text, or the text's contents between its quotes.
+# The same with an id: around the id and the text.
 _LATER = template_pieces(_DECODE_TOKEN % (b"0.0", b"%b", b"%b"), 2)
-_LATER_QUOTED = template_pieces(_DECODE_TOKEN % (b"0.0", b"%b", b'"%b"'), 2)
 
 
 class NativeStreamRenderer(tgi.HoldBackRenderer):
@@ -140,10 +139,7 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
             return first
         if ids is None:
             return first + _LATER_PRE + jsonutil.strings_joined(texts[1:], _LATER_BETWEEN) + _LATER_POST
-        texts = texts[1:]
-        contents = jsonutil.string_contents(texts)
-        pieces, values = (_LATER, list(map(_dumps, texts))) if contents is None else (_LATER_QUOTED, contents)
-        return first + filled(pieces, [self.id_values(ids[1:]), values])
+        return first + filled_texts(_LATER, [self.id_values(ids[1:])], texts[1:])
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None

@@ -22,7 +22,6 @@ _TEXT_DELTAS = TokenEvents(b"response.output_text.delta")
 
 # How an incomplete response says why it stopped.
 _INCOMPLETE = {"max_output_tokens": Finish.LENGTH, "content_filter": Finish.CONTENT_FILTER}
-_TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
 # What a text delta changes from one to the next besides its text.
 _VARYING = {"sequence_number": ALWAYS, "obfuscation": ALWAYS}
 # What a pass-through stream reports of an event that carries generated text, undecoded.
@@ -38,7 +37,7 @@ _TOKEN_KINDS = frozenset(
     )
 )
 # An event that ends the stream.
-_FINAL_KINDS = frozenset((*_TERMINAL, b"error"))
+_FINAL_KINDS = frozenset((b"response.completed", b"response.incomplete", b"response.failed", b"error"))
 # The kinds a pass-through looks for, wherever an event names them.
 _KINDS = re.compile(b'"type":"(' + b"|".join(map(re.escape, sorted(_TOKEN_KINDS | _FINAL_KINDS))) + b')"')
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import Caller, RenderContext, StreamRenderer
-from gateway.codec.frames import filled
+from gateway.codec.frames import filled_texts
 from gateway.dialects.responses import stored
 from gateway.dialects.responses.render import (
     CONTENT_TYPE,
@@ -227,11 +227,7 @@ class ResponseStream:
                 w.seq = seq + len(texts)
                 self._texts += texts
                 numbers = jsonutil.numbers(list(range(seq, w.seq)))
-                contents = jsonutil.string_contents(texts)
-                if contents is None:
-                    parts.append(filled((self._pre, self._post, _TAIL), [numbers, list(map(_dumps, texts))]))
-                else:
-                    parts.append(filled((self._pre, self._post + b'"', b'"' + _TAIL), [numbers, contents]))
+                parts.append(filled_texts((self._pre, self._post, _TAIL), [numbers], texts))
             elif t is ReasoningDelta:
                 assert isinstance(ev, ReasoningDelta)
                 if ev.index or not ev.text:

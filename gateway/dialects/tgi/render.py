@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.contract import RenderContext
-from gateway.codec.frames import filled, template_pieces
+from gateway.codec.frames import filled_texts, template_pieces
 from gateway.neutral.errors import GatewayError
 from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, UsageEvent
 from gateway.neutral.types import Answer, Choice, Finish, Request, Result, Usage
@@ -304,8 +304,6 @@ class TGIStreamRenderer(HoldBackRenderer):
         self._frame = self._prefix + (_INDEXED_TOKEN if fl.index else _TOKEN)
         holes = 3 if fl.index else 2
         self._pieces = template_pieces(self._frame, holes)
-        # The same with the text's quotes in the template, for texts given as their contents.
-        self._quoted = template_pieces(self._frame.replace(b'"text":%b', b'"text":"%b"'), holes)
         if not fl.index:
             # A token without an id, cut around its text (a run's frames differ only there).
             self._text_pre, self._text_post = (self._frame % (self._no_id, b"\0")).split(b"\0")
@@ -347,12 +345,10 @@ class TGIStreamRenderer(HoldBackRenderer):
         if ids is None and not self._fl.index:
             return self._text_pre + jsonutil.strings_joined(texts, self._between) + self._text_post
         named = [self._no_id] * len(texts) if ids is None else self.id_values(ids)
-        contents = jsonutil.string_contents(texts)
-        pieces, values = (self._pieces, list(map(_dumps, texts))) if contents is None else (self._quoted, contents)
         if not self._fl.index:
-            return filled(pieces, [named, values])
+            return filled_texts(self._pieces, [named], texts)
         first, self._index = self._index + 1, self._index + len(texts)
-        return filled(pieces, [jsonutil.numbers(list(range(first, self._index + 1))), named, values])
+        return filled_texts(self._pieces, [jsonutil.numbers(list(range(first, self._index + 1))), named], texts)
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
