@@ -25,7 +25,33 @@ VALUES: list[Any] = [
     "", "x", "stop", [], ["a"], ["a", "b", "c", "d"], ["a", "b", "c", "d", "e"], [1, 2], [0], [-1], [True],
     [1.0], {}, {"include_usage": True}, {"include_usage": False}, {"include_usage": None},
     {"include_usage": 1}, {"include_usage": "yes"}, {"other": 1}, {"enable_thinking": False},
+    "auto", "none", "required", "Auto", {"type": "function", "function": {"name": "f"}},
 ]  # fmt: skip
+# Tools lists: function tools at and past their limits, and what is not one.
+FUNCTION = {"name": "get_weather", "description": "Weather now", "parameters": {"type": "object"}, "strict": True}
+TOOLS: list[Any] = [
+    [{"type": "function", "function": FUNCTION}],
+    [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g", "x": 1}}],
+    [{"type": "function", "function": {"name": "f" * 64}}],
+    [{"type": "function", "function": {"name": "f" * 65}}],
+    [{"type": "function", "function": {"name": ""}}],
+    [{"type": "function", "function": {"name": 1}}],
+    [{"type": "function", "function": {}}],
+    [{"type": "function", "function": {**FUNCTION, "description": 5}}],
+    [{"type": "function", "function": {**FUNCTION, "description": None, "parameters": None, "strict": None}}],
+    [{"type": "function", "function": {**FUNCTION, "parameters": []}}],
+    [{"type": "function", "function": {**FUNCTION, "parameters": "{}"}}],
+    [{"type": "function", "function": {**FUNCTION, "strict": 1}}],
+    [{"type": "function", "function": FUNCTION, "extra": [1]}],
+    [{"type": "custom", "function": FUNCTION}],
+    [{"type": ["function"], "function": FUNCTION}],
+    [{"function": FUNCTION}],
+    [{"type": "function"}],
+    [{"type": "function", "function": "f"}],
+    [{"type": "function", "function": FUNCTION}, None],
+    ["f"],
+]
+VALUES += TOOLS
 MESSAGES: list[Any] = [
     {"role": "user", "content": "hi"},
     {"role": "system", "content": ""},
@@ -50,7 +76,7 @@ MESSAGES: list[Any] = [
     "hi",
     None,
 ]
-OTHER_KEYS = ["logit_bias", "response_format", "tools", "tool_choice", "an_extra"]
+OTHER_KEYS = ["logit_bias", "response_format", "an_extra"]
 
 
 def accepted(data: dict[str, Any]) -> bool:
@@ -121,6 +147,8 @@ def test_what_the_gateway_reads_does_not_depend_on_the_way(monkeypatch: pytest.M
             "top_k": -1,
             "an_extra": {"kept": True},
         },
+        {**BASE, "tools": TOOLS[0], "tool_choice": "required", "parallel_tool_calls": True, "stream": True},
+        {**BASE, "tools": TOOLS[1], "tool_choice": "none"},
     ]
     for data in bodies:
         body = jsonutil.dumps(data)
@@ -146,4 +174,8 @@ def test_what_clients_send_is_plain() -> None:
         }
     )
     assert plain_chat({**BASE, "max_completion_tokens": 100, "seed": 1, "top_p": 0.9, "presence_penalty": 0.5})
-    assert not plain_chat({**BASE, "tools": [{"type": "function", "function": {"name": "f"}}]})
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert plain_chat({**BASE, "tools": tools, "tool_choice": "auto", "parallel_tool_calls": False})
+    assert not plain_chat({**BASE, "tool_choice": "auto"})
+    assert not plain_chat({**BASE, "tools": [], "tool_choice": "required"})
+    assert not plain_chat({**BASE, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "f"}}})

@@ -42,6 +42,11 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
+# What `tojson` is asked for most (a tool, a message's arguments): json.dumps with its defaults
+# but for ensure_ascii, which json.dumps serves by building an encoder on every call.
+_PLAIN_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def _tojson(
     value: Any,
     ensure_ascii: bool = False,
@@ -50,6 +55,8 @@ def _tojson(
     sort_keys: bool = False,
 ) -> str:
     # Jinja's own tojson escapes <, >, & and ' for HTML; prompts must carry them verbatim.
+    if not ensure_ascii and indent is None and separators is None and not sort_keys:
+        return _PLAIN_JSON.encode(value)
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

@@ -187,11 +187,12 @@ class EmbeddingRequest(OpenModel):
 
 # ---- the plain chat request, judged without building a model -------------------------------
 #
-# Most chat requests are a model, a few sampling numbers and text messages. For those, a look at
-# each value's type and range says all that ChatCompletionRequest would; pydantic builds a model
-# for what this cannot judge (tools, content parts, tool messages, anything out of range), so a
-# refused request's error is always pydantic's. This never accepts what the model refuses
-# (tests/test_openai_plain_chat.py holds the two against each other).
+# Most chat requests are a model, a few sampling numbers, perhaps function tools, and text
+# messages. For those, a look at each value's type and range says all that ChatCompletionRequest
+# would; pydantic builds a model for what this cannot judge (a named tool choice, content parts,
+# tool messages, anything out of range), so a refused request's error is always pydantic's.
+# This never accepts what the model refuses (tests/test_openai_plain_chat.py holds the two
+# against each other).
 
 
 def _stream_options(v: object) -> bool:
@@ -199,11 +200,43 @@ def _stream_options(v: object) -> bool:
     return v is None or (type(v) is dict and type(v.get("include_usage")) in (bool, type(None)))
 
 
-# Each field's check comes from its type and bounds; stream_options, a model, has its own.
+def _optional(v: object, kind: type) -> bool:
+    return v is None or type(v) is kind
+
+
+def _function_tool(v: object) -> bool:
+    """A Tool as the model takes it: a function with a name of 1 to 64 characters."""
+    if type(v) is not dict or v.get("type") != "function":
+        return False
+    fn = v.get("function")
+    if type(fn) is not dict:
+        return False
+    name = fn.get("name")
+    return (
+        type(name) is str
+        and 0 < len(name) <= 64
+        and _optional(fn.get("description"), str)
+        and _optional(fn.get("parameters"), dict)
+        and _optional(fn.get("strict"), bool)
+    )
+
+
+def _tools(v: object) -> bool:
+    return v is None or (type(v) is list and all(map(_function_tool, v)))
+
+
+def _tool_choice(v: object) -> bool:
+    # An object names a function, which the model checks against the tools.
+    return v is None or (type(v) is str and v in ("none", "auto", "required"))
+
+
+# Each field's check comes from its type and bounds; the models among them have their own.
 _PLAIN_FIELDS: dict[str, Callable[[object], bool]] = plain_checks(
-    ChatCompletionRequest, skip=("model", "messages"), own={"stream_options": _stream_options}
+    ChatCompletionRequest,
+    skip=("model", "messages"),
+    own={"stream_options": _stream_options, "tools": _tools, "tool_choice": _tool_choice},
 )
-# Declared fields with no check (tools, response_format, ...) are left to the model unless null;
+# Declared fields with no check (response_format, logit_bias) are left to the model unless null;
 # undeclared ones are extras, which the model takes as they are.
 _DECLARED = frozenset(ChatCompletionRequest.model_fields) - {"model", "messages"}
 _MESSAGE_OTHERS = tuple(frozenset(ChatMessage.model_fields) - {"role", "content", "name"})
@@ -237,5 +270,7 @@ def plain_chat(data: dict[str, Any]) -> bool:
     if data.get("stream_options") is not None and not data.get("stream"):
         return False
     if data.get("top_logprobs") is not None and not data.get("logprobs"):
+        return False
+    if data.get("tool_choice") not in (None, "none") and not data.get("tools"):
         return False
     return all(map(_plain_message, messages))
