@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import jsonutil
+from gateway.dialects.responses import reading
 from tests.conftest import one_route
 from tests.support import Recorded, json_reply, raw_reply, responses_events, sdk_event, sse_reply
 
@@ -135,6 +136,32 @@ async def test_a_passed_through_answer_is_renamed_where_the_route_renames_the_mo
     got = await resp.json()
     assert got["model"] == "my-name" and upstream.last.json["model"] == "tiny"
     assert {**got, "model": "tiny"} == jsonutil.loads(fixture("vllm_response.json"))
+
+
+def test_only_the_responses_own_model_is_renamed() -> None:
+    """In place when the first `model` field is the response's; a client's metadata naming a
+    `model` before it, or a key written with escapes, leaves the rest as it was."""
+    name = jsonutil.dumps("mine")
+    cases = [
+        b'{"id":"r","model":"tiny","output":[]}',
+        b'{"id":"r", "model" : "tiny","metadata":{"model":"x"}}',
+        b'{"id":"r","model":"t\\u0069ny","output":[]}',
+        b'{"type":"response.created","response":{"model":"tiny"}}',
+    ]
+    for data in cases:
+        want = data.replace(b'"tiny"', b'"mine"').replace(b'"t\\u0069ny"', b'"mine"')
+        assert reading.renamed_response(data, name) == want
+    anew = [
+        b'{"id":"r","metadata":{"model":"x"},"model":"tiny"}',
+        b'{"id":"r","metadata":{"model":"x"},"\\u006dodel":"tiny"}',
+        b'{"id":"r","model":null,"metadata":{"model":"x"}}',
+        b'{"type":"response.completed","response":{"metadata":{"model":"x"},"model":"tiny"}}',
+    ]
+    for data in anew:
+        got, obj = jsonutil.loads(reading.renamed_response(data, name)), jsonutil.loads(data)
+        response = {**obj.get("response", obj), "model": "mine"}
+        assert got == ({**obj, "response": response} if "response" in obj else response)
+        assert got.get("response", got)["metadata"] == {"model": "x"}
 
 
 async def test_errors_before_the_stream_starts_are_openais_error_body(upstream, make_gateway):

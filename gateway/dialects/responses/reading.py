@@ -139,18 +139,39 @@ def parse_body(body: bytes) -> Result:
     return Result([choice], usage_from(obj.get("usage")), obj.get("model"))
 
 
-def renamed_response(data: bytes, rename: bytes) -> bytes:
-    """A response object (or an event holding one) with its model named as the client named
-    it: the first `model` field is the response's in the API's own order; where another comes
-    first (a metadata key), the object is written anew."""
+def _response_of(obj: Any) -> Any:
+    """The response object of a decoded answer or event (an event holds it as `response`)."""
+    return obj.get("response", obj) if isinstance(obj, dict) else None
+
+
+def _named_once(data: bytes, response: Any) -> bool:
+    """Whether the one `"model"` key written in `data` is the response's own string field: with
+    no escape anywhere, the response's key is written as it reads, so when it is the only one,
+    the first field the rename finds is the response's."""
+    return (
+        isinstance(response, dict)
+        and isinstance(response.get("model"), str)
+        and data.count(b'"model"') == 1
+        and data.find(b"\\u") < 0
+    )
+
+
+def renamed_response(data: bytes, rename: bytes, obj: Any = None) -> bytes:
+    """A response object (or an event holding one; `obj` is it decoded, when the caller has it)
+    with its model named as the client named it: in place when the first `model` field is the
+    response's (the API's own order puts it before any other), else written anew, so that a
+    `model` key in, say, the client's metadata is left as it was."""
+    if obj is None:
+        obj = jsonutil.loads(data)
+    response = _response_of(obj)
+    if not isinstance(response, dict):
+        return data
     out = renamed(data, "model", rename)
-    obj = jsonutil.loads(out)
-    response = obj.get("response", obj) if isinstance(obj, dict) else None
-    name = jsonutil.loads(rename)
-    if isinstance(response, dict) and response.get("model") != name:
-        response["model"] = name
-        return jsonutil.dumps(obj)
-    return out
+    if _named_once(data, response):
+        return out
+    named = {**response, "model": jsonutil.loads(rename)}
+    whole = {**obj, "response": named} if response is not obj else named
+    return out if jsonutil.loads(out) == whole else jsonutil.dumps(whole)
 
 
 _PREVIOUS = re.compile(rb'"previous_response_id"(\s*:\s*)null')
@@ -178,7 +199,7 @@ def passthrough_body(body: bytes, rename: bytes | None, previous: bytes | None =
             raise _failed(obj, midstream=False)
         raise ValueError("no output")
     calls = any(isinstance(i, dict) and i.get("type") == "function_call" for i in obj["output"])
-    out = with_previous(body if rename is None else renamed_response(body, rename), previous)
+    out = with_previous(body if rename is None else renamed_response(body, rename, obj), previous)
     return Result([Choice(finish=finish_of(obj, calls))], usage_from(obj.get("usage")), obj.get("model"), out)
 
 
@@ -224,11 +245,10 @@ class ResponsesStreamParser(EventParser):
         holds_response = data.find(b'"response":') >= 0
         if self._rename is not None and holds_response:
             obj = jsonutil.loads(data)
-            response = obj.get("response") if isinstance(obj, dict) else None
-            if data.count(b'"model"') == 1 and isinstance(response, dict) and isinstance(response.get("model"), str):
+            if isinstance(obj, dict) and _named_once(data, obj.get("response")):
                 block = self.relayed(data, "model", self._rename)  # the one name is the response's
             else:
-                fixed = renamed_response(data, self._rename)
+                fixed = renamed_response(data, self._rename, obj)
                 if fixed == renamed(data, "model", self._rename):
                     block = self.relayed(data, "model", self._rename)  # the name changed in place
                 else:  # the event written anew: framed as the API frames it
