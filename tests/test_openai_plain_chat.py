@@ -10,11 +10,10 @@ import random
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
-from gateway import jsonutil
 from gateway.dialects.openai import inbound
 from gateway.dialects.openai.schema import _PLAIN_FIELDS, ChatCompletionRequest, plain_chat
+from tests.plain_kit import accepted, judged, read_alike
 
 BASE: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -79,14 +78,6 @@ MESSAGES: list[Any] = [
 OTHER_KEYS = ["logit_bias", "response_format", "an_extra"]
 
 
-def accepted(data: dict[str, Any]) -> bool:
-    try:
-        ChatCompletionRequest.model_validate(data)
-    except ValidationError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("field", sorted(_PLAIN_FIELDS))
 def test_each_checked_field_passes_only_what_the_model_accepts(field: str) -> None:
     passed = 0
@@ -95,7 +86,9 @@ def test_each_checked_field_passes_only_what_the_model_accepts(field: str) -> No
             data = {**BASE, **extra, field: value}
             if plain_chat(data):
                 passed += 1
-                assert accepted(data), f"plain_chat passed {field}={value!r} with {extra}, the model refuses it"
+                assert accepted(ChatCompletionRequest, data), (
+                    f"plain_chat passed {field}={value!r} with {extra}, the model refuses it"
+                )
     assert passed, f"no value of {field} was judged plain"
 
 
@@ -103,7 +96,7 @@ def test_messages_pass_only_as_the_model_takes_them() -> None:
     for msg in MESSAGES:
         for messages in ([msg], [{"role": "user", "content": "a"}, msg]):
             data = {**BASE, "messages": messages}
-            assert not plain_chat(data) or accepted(data), messages
+            assert not plain_chat(data) or accepted(ChatCompletionRequest, data), messages
     assert not plain_chat({**BASE, "messages": []})
     assert not plain_chat({**BASE, "messages": {"role": "user"}})
     assert not plain_chat({"messages": BASE["messages"]})
@@ -114,19 +107,16 @@ def test_messages_pass_only_as_the_model_takes_them() -> None:
 def test_random_requests_never_pass_what_the_model_refuses() -> None:
     rng = random.Random(20261124)
     fields = sorted(_PLAIN_FIELDS)
-    passed = refused = 0
-    for _ in range(20_000):
+
+    def body() -> dict[str, Any]:
         data: dict[str, Any] = {"model": rng.choice(["m", "m", "m", "", 1, None]), "messages": [rng.choice(MESSAGES)]}
         if rng.random() < 0.05:
             data.pop("model")
         for key in rng.sample(fields, rng.randint(0, 3)) + rng.sample(OTHER_KEYS, rng.randint(0, 1)):
             data[key] = rng.choice(VALUES)
-        ok = accepted(data)
-        if plain_chat(data):
-            passed += 1
-            assert ok, f"plain_chat passed a request the model refuses: {data!r}"
-        elif not ok:
-            refused += 1
+        return data
+
+    passed, refused = judged((body() for _ in range(20_000)), plain_chat, ChatCompletionRequest)
     # Not vacuous: many were judged plain, many refused.
     assert passed > 300 and refused > 5_000, (passed, refused)
 
@@ -150,14 +140,7 @@ def test_what_the_gateway_reads_does_not_depend_on_the_way(monkeypatch: pytest.M
         {**BASE, "tools": TOOLS[0], "tool_choice": "required", "parallel_tool_calls": True, "stream": True},
         {**BASE, "tools": TOOLS[1], "tool_choice": "none"},
     ]
-    for data in bodies:
-        body = jsonutil.dumps(data)
-        assert plain_chat(jsonutil.loads(body)), data
-        quick = inbound.parse_chat(body)
-        with monkeypatch.context() as m:
-            m.setattr(inbound, "plain_chat", lambda _: False)
-            built = inbound.parse_chat(body)
-        assert quick == built
+    read_alike(bodies, inbound.parse_chat, inbound, "plain_chat", monkeypatch)
 
 
 def test_what_clients_send_is_plain() -> None:

@@ -245,6 +245,31 @@ def plain_checks(
     return out
 
 
+class PlainJudge:
+    """Whether a request body is one its (strict) model takes as it is, judged by cheap checks
+    (`plain_checks`) instead of the model: each checked field's value passes its check, and every
+    other field the model declares (`skip` aside, which the caller judges) is absent or null.
+    False means "ask the model", not "invalid"."""
+
+    __slots__ = ("checks", "declared")
+
+    def __init__(self, model: type[BaseModel], *, skip: Iterable[str] = (), own: Mapping[str, Check] | None = None):
+        skipped = frozenset(skip)
+        self.checks = plain_checks(model, skip=skipped, own=own)
+        self.declared = frozenset(model.model_fields) - skipped
+
+    def __call__(self, data: Mapping[str, Any]) -> bool:
+        checks, declared = self.checks, self.declared
+        for key, value in data.items():
+            check = checks.get(key)
+            if check is not None:
+                if not check(value):
+                    return False
+            elif value is not None and key in declared:
+                return False  # a declared field judged only by the model
+        return True
+
+
 # ---- tensors -----------------------------------------------------------------------------------
 
 _DATATYPES: dict[Any, str] = {bool: "BOOL", int: "INT32", float: "FP32", str: "BYTES"}

@@ -9,12 +9,11 @@ the public API's newer name for `max_tokens`, which vLLM-style servers read inst
 docs/dialects/openai.md.
 """
 
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.codec.fields import Carries, plain_checks
+from gateway.codec.fields import Carries, PlainJudge
 from gateway.codec.validation import OpenModel
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -231,14 +230,14 @@ def _tool_choice(v: object) -> bool:
 
 
 # Each field's check comes from its type and bounds; the models among them have their own.
-_PLAIN_FIELDS: dict[str, Callable[[object], bool]] = plain_checks(
+# Declared fields with no check (response_format, logit_bias) are left to the model unless null;
+# undeclared ones are extras, which the model takes as they are.
+_PLAIN = PlainJudge(
     ChatCompletionRequest,
     skip=("model", "messages"),
     own={"stream_options": _stream_options, "tools": _tools, "tool_choice": _tool_choice},
 )
-# Declared fields with no check (response_format, logit_bias) are left to the model unless null;
-# undeclared ones are extras, which the model takes as they are.
-_DECLARED = frozenset(ChatCompletionRequest.model_fields) - {"model", "messages"}
+_PLAIN_FIELDS = _PLAIN.checks
 _MESSAGE_OTHERS = tuple(frozenset(ChatMessage.model_fields) - {"role", "content", "name"})
 _TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
@@ -260,13 +259,8 @@ def plain_chat(data: dict[str, Any]) -> bool:
     model, messages = data.get("model"), data.get("messages")
     if type(model) is not str or not model or type(messages) is not list or not messages:
         return False
-    for key, value in data.items():
-        check = _PLAIN_FIELDS.get(key)
-        if check is not None:
-            if not check(value):
-                return False
-        elif value is not None and key in _DECLARED:
-            return False  # a declared field judged only by the model (tools, ...)
+    if not _PLAIN(data):
+        return False
     if data.get("stream_options") is not None and not data.get("stream"):
         return False
     if data.get("top_logprobs") is not None and not data.get("logprobs"):

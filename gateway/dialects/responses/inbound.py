@@ -12,7 +12,7 @@ from gateway.codec.validation import load_object, validate
 from gateway.dialects.responses import params as names
 from gateway.dialects.responses import render, state, stored, stream
 from gateway.dialects.responses.items import conversation
-from gateway.dialects.responses.schema import ResponsesRequest
+from gateway.dialects.responses.schema import ResponsesRequest, plain_request
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import InvalidRequest, NotFound
 from gateway.neutral.types import Request, Task
@@ -20,7 +20,9 @@ from gateway.neutral.types import Request, Task
 WIRE = state.WIRE
 
 
-def read_params(m: ResponsesRequest, data: dict[str, Any]) -> neutral.Params:
+def read_params(data: dict[str, Any]) -> neutral.Params:
+    """The neutral parameters of a create body the model takes (its values are as the model
+    holds them: it converts nothing)."""
     values = names.IN.read(data)
     raw_tools = data.get("tools")
     functions, server = names.split_tools(raw_tools if isinstance(raw_tools, list) else None)
@@ -35,23 +37,25 @@ def read_params(m: ResponsesRequest, data: dict[str, Any]) -> neutral.Params:
         values["tool_choice"] = choice
     if server_choice is not None:
         values["server_tool_choice"] = server_choice
-    if m.text is not None and m.text.format is not None:
-        fmt = names.response_format(data["text"]["format"])
+    text, reasoning = data.get("text") or {}, data.get("reasoning") or {}
+    if text.get("format") is not None:
+        fmt = names.response_format(text["format"])
         if fmt is not None:
             values["response_format"] = fmt
-    if m.reasoning is not None and m.reasoning.effort is not None:
-        values["reasoning_effort"] = m.reasoning.effort
-    if names.LOGPROBS in (m.include or ()):
+    if reasoning.get("effort") is not None:
+        values["reasoning_effort"] = reasoning["effort"]
+    if names.LOGPROBS in (data.get("include") or ()):
         values["logprobs"] = True
-        if m.top_logprobs:
-            values["top_logprobs"] = m.top_logprobs
+        if data.get("top_logprobs"):
+            values["top_logprobs"] = data["top_logprobs"]
     return neutral.make(values)
 
 
 def parse(body: bytes, path: PathValues | None = None) -> Request:
     data = load_object(body)
-    m = validate(ResponsesRequest, data)
-    if m.background:
+    if not plain_request(data):
+        validate(ResponsesRequest, data)
+    if data.get("background"):
         raise InvalidRequest(
             "Background responses are not supported by this gateway; leave `background` unset",
             param="background",
@@ -64,15 +68,15 @@ def parse(body: bytes, path: PathValues | None = None) -> Request:
             )
     items = stored.input_items(data.get("input"))
     # A request that continues an earlier one gets its conversation when that one is found.
-    messages = conversation(m.instructions, items) if m.previous_response_id is None else []
+    messages = conversation(data.get("instructions"), items) if data.get("previous_response_id") is None else []
     return Request(
         task=Task.CHAT,
         wire=WIRE,
-        model=m.model,
+        model=data["model"],
         messages=messages,
-        stream=bool(m.stream),
+        stream=bool(data.get("stream")),
         include_usage=True,
-        params=read_params(m, data),
+        params=read_params(data),
         raw=data,
     )
 

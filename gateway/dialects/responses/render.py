@@ -52,7 +52,7 @@ def base_id(ctx: RenderContext) -> str:
     """What a response's id and its items' ids are made of: the request id, unless a client gave
     it (a client may send one id twice), then a digest of it and the moment the request came."""
     rid = ctx.request_id
-    if len(rid) == 32 and all(c in "0123456789abcdef" for c in rid):
+    if len(rid) == 32 and not rid.strip("0123456789abcdef"):  # nothing but hex digits
         return rid
     return hashlib.blake2b(f"{rid}|{ctx.started!r}|{os.getpid()}".encode(), digest_size=16).hexdigest()
 

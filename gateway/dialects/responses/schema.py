@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from gateway.codec.fields import Carries
+from gateway.codec.fields import Carries, PlainJudge
 from gateway.codec.validation import OpenModel as _Open
 
 Role = Literal["user", "assistant", "system", "developer"]
@@ -238,3 +238,16 @@ class InputTokensRequest(_Open):
     instructions: str | None = None
     tools: list[Tool] | None = None
     previous_response_id: str | None = None
+
+
+# A create body that is a model, a text input and settings of simple types is judged by a look at
+# each value (as a chat body is: gateway.dialects.openai.schema.plain_chat); anything else (input
+# items, tools, text and reasoning settings) by the model, whose error a refused body gets.
+_PLAIN = PlainJudge(ResponsesRequest, skip=("model", "input"))
+
+
+def plain_request(data: dict[str, Any]) -> bool:
+    """True when ResponsesRequest would take `data` as it is and cheap checks can tell; False
+    means "ask the model", not "invalid"."""
+    model = data.get("model")
+    return type(model) is str and bool(model) and type(data.get("input")) is str and _PLAIN(data)
