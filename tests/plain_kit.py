@@ -36,6 +36,23 @@ def judged(
     return passed, refused
 
 
+def field_by_field(
+    field: str,
+    values: Iterable[Any],
+    base: dict[str, Any],
+    judge: Callable[[dict[str, Any]], bool],
+    model: type[BaseModel],
+) -> None:
+    """`base` with `field` set to each of `values`: the judge passes some, none the model refuses."""
+    passed = 0
+    for value in values:
+        data = {**base, field: value}
+        if judge(data):
+            passed += 1
+            assert accepted(model, data), f"the quick judge passed {field}={value!r}, the model refuses it"
+    assert passed, f"no value of {field} was judged plain"
+
+
 def read_alike(
     bodies: Iterable[dict[str, Any]],
     parse: Callable[[bytes], Any],

@@ -22,7 +22,7 @@ from gateway.dialects.anthropic import params as names
 from gateway.dialects.anthropic import render
 from gateway.dialects.anthropic.blocks import to_neutral, tool_choice_to_neutral, tool_to_neutral
 from gateway.dialects.anthropic.outbound import WIRE
-from gateway.dialects.anthropic.schema import CountTokensRequest, MessagesRequest
+from gateway.dialects.anthropic.schema import CountTokensRequest, MessagesRequest, plain_messages
 from gateway.neutral import params as neutral
 from gateway.neutral.errors import GatewayError, InvalidRequest, NotFound, Unsupported
 from gateway.neutral.types import Request, Task
@@ -69,13 +69,14 @@ def read_params(data: dict[str, Any]) -> neutral.Params:
 
 def parse_messages(body: bytes, path: PathValues | None = None) -> Request:
     data = load_object(body)
-    m = validate(MessagesRequest, data)
+    if not plain_messages(data):
+        validate(MessagesRequest, data)
     return Request(
         task=Task.CHAT,
         wire=WIRE,
-        model=m.model,
+        model=data["model"],
         messages=to_neutral(data.get("system"), data["messages"]),
-        stream=bool(m.stream),
+        stream=bool(data.get("stream")),
         include_usage=True,
         params=read_params(data),
         raw=data,

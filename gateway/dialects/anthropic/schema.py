@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from gateway.codec.fields import Carries
+from gateway.codec.fields import Carries, PlainJudge
 from gateway.codec.validation import OpenModel
 
 # The one server surface: the Messages API (Anthropic's own, vLLM's /v1/messages).
@@ -160,3 +160,26 @@ class MessagesRequest(_Conversation):
 
 class CountTokensRequest(_Conversation):
     pass
+
+
+# A request of text turns, a text system prompt and settings of simple types is judged by a look
+# at each value (as a chat body is: gateway.dialects.openai.schema.plain_chat); anything else
+# (content blocks, tools, thinking) by the model, whose error a refused request gets.
+_PLAIN = PlainJudge(MessagesRequest, skip=("model", "messages"), own={"system": lambda v: v is None or type(v) is str})
+_ROLES = frozenset(("user", "assistant", "system"))
+
+
+def _text_turn(msg: object) -> bool:
+    if type(msg) is not dict or type(msg.get("content")) is not str:
+        return False
+    role = msg.get("role")
+    return type(role) is str and role in _ROLES
+
+
+def plain_messages(data: dict[str, Any]) -> bool:
+    """True when MessagesRequest would take `data` as it is and cheap checks can tell; False
+    means "ask the model", not "invalid"."""
+    model, messages = data.get("model"), data.get("messages")
+    if type(model) is not str or not model or type(messages) is not list or not messages:
+        return False
+    return "max_tokens" in data and _PLAIN(data) and all(map(_text_turn, messages))
