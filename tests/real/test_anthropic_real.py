@@ -73,9 +73,18 @@ def test_stop_sequences_are_named(gateway: Gateway):
 
 def test_vllms_own_messages_reach_the_client_as_they_came(gateway: Gateway, vllm: Server):
     body = {"model": "tiny", "max_tokens": 6, "temperature": 0, "stream": True, "messages": ASK["messages"]}
-    direct = httpx.post(f"{vllm.url}/v1/messages", json=body, timeout=TIMEOUT).content
-    through = httpx.post(f"{gateway.url}/vllm-messages/v1/messages", json=body, timeout=TIMEOUT).content
-    # The same bytes but for the message's id, which vLLM makes anew for each request.
-    strip = [line for line in direct.split(b"\n") if b"message_start" not in line]
-    assert [line for line in through.split(b"\n") if b"message_start" not in line] == strip
+
+    def lines(stream: bytes) -> list[bytes]:
+        # The same bytes but for the message's id, which vLLM makes anew for each request.
+        return [line for line in stream.split(b"\n") if b"message_start" not in line]
+
+    # On a busy machine vLLM's API server now and then falls a token behind its engine and merges
+    # the two tokens' text into one delta: a pair that differs is asked again; a gateway that
+    # changed the bytes would differ every time.
+    for _ in range(3):
+        direct = httpx.post(f"{vllm.url}/v1/messages", json=body, timeout=TIMEOUT).content
+        through = httpx.post(f"{gateway.url}/vllm-messages/v1/messages", json=body, timeout=TIMEOUT).content
+        if lines(through) == lines(direct):
+            break
+    assert lines(through) == lines(direct)
     assert through.count(b"event: ") == direct.count(b"event: ")
