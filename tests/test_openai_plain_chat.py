@@ -51,6 +51,7 @@ TOOLS: list[Any] = [
     ["f"],
 ]
 VALUES += TOOLS
+CALL = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 MESSAGES: list[Any] = [
     {"role": "user", "content": "hi"},
     {"role": "system", "content": ""},
@@ -74,6 +75,31 @@ MESSAGES: list[Any] = [
     {"content": "hi"},
     "hi",
     None,
+    # An agent's turns: tool calls and their results, and what is not one.
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "assistant", "content": "let me look", "tool_calls": [CALL, {**CALL, "id": "c2"}]},
+    {"role": "assistant", "content": "", "tool_calls": []},
+    {"role": "assistant", "content": None, "tool_calls": []},
+    {"role": "assistant", "tool_calls": [CALL]},
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "type": None}]},
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "type": "custom"}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": 1}]},
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "function": {"name": "f", "arguments": {}}}]},
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "function": {"name": "f"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "function": {"name": None, "arguments": "{}"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "extra": 1}]},
+    {"role": "assistant", "content": None, "tool_calls": [CALL], "tool_call_id": "c"},
+    {"role": "assistant", "content": None, "tool_calls": CALL},
+    {"role": "assistant", "content": None, "tool_calls": [None]},
+    {"role": "user", "content": "hi", "tool_calls": [CALL]},
+    {"role": "tool", "content": "42", "tool_call_id": "c", "name": "f"},
+    {"role": "tool", "content": "42", "tool_call_id": ""},
+    {"role": "tool", "content": None, "tool_call_id": "c"},
+    {"role": "tool", "content": "42", "tool_call_id": 5},
+    {"role": "tool", "content": "42", "tool_call_id": "c", "tool_calls": [CALL]},
+    {"role": "tool", "content": [{"type": "text", "text": "42"}], "tool_call_id": "c"},
+    {"role": "function", "content": "42", "name": "f"},
 ]
 OTHER_KEYS = ["logit_bias", "response_format", "an_extra"]
 
@@ -139,6 +165,15 @@ def test_what_the_gateway_reads_does_not_depend_on_the_way(monkeypatch: pytest.M
         },
         {**BASE, "tools": TOOLS[0], "tool_choice": "required", "parallel_tool_calls": True, "stream": True},
         {**BASE, "tools": TOOLS[1], "tool_choice": "none"},
+        {
+            **BASE,
+            "tools": TOOLS[0],
+            "messages": [
+                {"role": "user", "content": "What is the weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "content": "sunny", "tool_call_id": "c"},
+            ],
+        },
     ]
     read_alike(bodies, inbound.parse_chat, inbound, "plain_chat", monkeypatch)
 

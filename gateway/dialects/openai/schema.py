@@ -186,12 +186,12 @@ class EmbeddingRequest(OpenModel):
 
 # ---- the plain chat request, judged without building a model -------------------------------
 #
-# Most chat requests are a model, a few sampling numbers, perhaps function tools, and text
-# messages. For those, a look at each value's type and range says all that ChatCompletionRequest
-# would; pydantic builds a model for what this cannot judge (a named tool choice, content parts,
-# tool messages, anything out of range), so a refused request's error is always pydantic's.
-# This never accepts what the model refuses (tests/test_openai_plain_chat.py holds the two
-# against each other).
+# Most chat requests are a model, a few sampling numbers, perhaps function tools, and messages of
+# text, tool calls and tool results (an agent's turns). For those, a look at each value's type and
+# range says all that ChatCompletionRequest would; pydantic builds a model for what this cannot
+# judge (a named tool choice, content parts, anything out of range), so a refused request's error
+# is always pydantic's. This never accepts what the model refuses (tests/test_openai_plain_chat.py
+# holds the two against each other).
 
 
 def _stream_options(v: object) -> bool:
@@ -238,19 +238,40 @@ _PLAIN = PlainJudge(
     own={"stream_options": _stream_options, "tools": _tools, "tool_choice": _tool_choice},
 )
 _PLAIN_FIELDS = _PLAIN.checks
-_MESSAGE_OTHERS = tuple(frozenset(ChatMessage.model_fields) - {"role", "content", "name"})
+# The message fields judged here; any other the model declares must be absent or null.
+_MESSAGE_OTHERS = tuple(frozenset(ChatMessage.model_fields) - {"role", "content", "name", "tool_calls", "tool_call_id"})
 _TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
 
+def _plain_call(call: object) -> bool:
+    """A ToolCall as the model takes it: an id, a function's name and its arguments as text."""
+    if type(call) is not dict or type(call.get("id")) is not str or call.get("type", "function") != "function":
+        return False
+    fn = call.get("function")
+    return type(fn) is dict and type(fn.get("name")) is str and type(fn.get("arguments")) is str
+
+
 def _plain_message(msg: object) -> bool:
-    """A text message of a system, developer, user or assistant: no tool calls, no parts."""
-    if type(msg) is not dict or type(msg.get("content")) is not str:
+    """A text message of a system, developer, user or assistant, an assistant's tool calls (with
+    or without text), or a tool's text result: no content parts."""
+    if type(msg) is not dict:
         return False
-    role = msg.get("role")
-    if type(role) is not str or role not in _TEXT_ROLES:
+    role, content, name = msg.get("role"), msg.get("content"), msg.get("name")
+    calls, call_id = msg.get("tool_calls"), msg.get("tool_call_id")
+    if (name is not None and type(name) is not str) or any(msg.get(k) is not None for k in _MESSAGE_OTHERS):
         return False
-    name = msg.get("name")
-    return (name is None or type(name) is str) and all(msg.get(k) is None for k in _MESSAGE_OTHERS)
+    if role == "tool":
+        return type(content) is str and type(call_id) is str and call_id != "" and calls is None
+    if type(role) is not str or role not in _TEXT_ROLES or call_id is not None:
+        return False
+    if calls is None:
+        return type(content) is str
+    return (
+        role == "assistant"
+        and type(calls) is list
+        and (type(content) is str or (content is None and len(calls) > 0))
+        and all(map(_plain_call, calls))
+    )
 
 
 def plain_chat(data: dict[str, Any]) -> bool:
