@@ -9,6 +9,7 @@ from aiohttp import web
 
 from gateway import jsonutil
 from gateway.dialects.responses import reading
+from gateway.neutral.events import Frame
 from tests.conftest import one_route
 from tests.support import Recorded, json_reply, raw_reply, responses_events, sdk_event, sse_reply
 
@@ -162,6 +163,22 @@ def test_only_the_responses_own_model_is_renamed() -> None:
         response = {**obj.get("response", obj), "model": "mine"}
         assert got == ({**obj, "response": response} if "response" in obj else response)
         assert got.get("response", got)["metadata"] == {"model": "x"}
+
+
+def test_a_passed_through_stream_renames_only_the_responses_model() -> None:
+    """An event whose response names its model once is renamed in its own lines; one whose
+    client metadata names a `model` first is written anew, the metadata left as it was."""
+    created = b'{"type":"response.created","response":{"id":"r","model":"tiny","output":[]}}'
+    echoed = b'{"type":"response.in_progress","response":{"id":"r","metadata":{"model":"x"},"model":"tiny"}}'
+    stream = (
+        b"event: response.created\ndata: " + created + b"\n\nevent: response.in_progress\ndata: " + echoed + b"\n\n"
+    )
+    parser = reading.ResponsesStreamParser(True, jsonutil.dumps("mine"))
+    frames = [e.payload for e in parser.feed(stream) if isinstance(e, Frame)]
+    assert frames[0] == b"event: response.created\ndata: " + created.replace(b'"tiny"', b'"mine"') + b"\n\n"
+    assert frames[1].startswith(b"event: response.in_progress\ndata: ")
+    got = jsonutil.loads(frames[1].split(b"data: ", 1)[1])
+    assert got["response"] == {"id": "r", "metadata": {"model": "x"}, "model": "mine"}
 
 
 async def test_errors_before_the_stream_starts_are_openais_error_body(upstream, make_gateway):

@@ -156,22 +156,27 @@ def _named_once(data: bytes, response: Any) -> bool:
     )
 
 
-def renamed_response(data: bytes, rename: bytes, obj: Any = None) -> bytes:
-    """A response object (or an event holding one; `obj` is it decoded, when the caller has it)
-    with its model named as the client named it: in place when the first `model` field is the
-    response's (the API's own order puts it before any other), else written anew, so that a
-    `model` key in, say, the client's metadata is left as it was."""
-    if obj is None:
-        obj = jsonutil.loads(data)
+def _renamed_anew(data: bytes, rename: bytes, obj: Any) -> bytes | None:
+    """A response object (or an event holding one), `obj` decoded, with its model named as the
+    client named it, when that cannot be done in place: None when renaming the first `model`
+    field in the bytes is right (the API's own order puts the response's before any other);
+    the object written anew when another comes first (a `model` key in, say, the client's
+    metadata, left as it was); `data` itself when it holds no response to rename."""
     response = _response_of(obj)
     if not isinstance(response, dict):
         return data
-    out = renamed(data, "model", rename)
     if _named_once(data, response):
-        return out
+        return None
     named = {**response, "model": jsonutil.loads(rename)}
     whole = {**obj, "response": named} if response is not obj else named
-    return out if jsonutil.loads(out) == whole else jsonutil.dumps(whole)
+    return None if jsonutil.loads(renamed(data, "model", rename)) == whole else jsonutil.dumps(whole)
+
+
+def renamed_response(data: bytes, rename: bytes, obj: Any = None) -> bytes:
+    """A response object (or an event holding one; `obj` is it decoded, when the caller has it)
+    with its model named as the client named it, in place where that is right."""
+    anew = _renamed_anew(data, rename, jsonutil.loads(data) if obj is None else obj)
+    return renamed(data, "model", rename) if anew is None else anew
 
 
 _PREVIOUS = re.compile(rb'"previous_response_id"(\s*:\s*)null')
@@ -245,15 +250,12 @@ class ResponsesStreamParser(EventParser):
         holds_response = data.find(b'"response":') >= 0
         if self._rename is not None and holds_response:
             obj = jsonutil.loads(data)
-            if isinstance(obj, dict) and _named_once(data, obj.get("response")):
-                block = self.relayed(data, "model", self._rename)  # the one name is the response's
-            else:
-                fixed = renamed_response(data, self._rename, obj)
-                if fixed == renamed(data, "model", self._rename):
-                    block = self.relayed(data, "model", self._rename)  # the name changed in place
-                else:  # the event written anew: framed as the API frames it
-                    kind = str(jsonutil.loads(fixed).get("type", ""))
-                    block = b"event: " + kind.encode() + b"\n" + encode_data(fixed)
+            anew = _renamed_anew(data, self._rename, obj)
+            if anew is None:
+                block = self.relayed(data, "model", self._rename)  # the name changed in place
+            elif anew is not data:  # the event written anew: framed as the API frames it
+                kind = str(jsonutil.loads(anew).get("type", ""))
+                block = b"event: " + kind.encode() + b"\n" + encode_data(anew)
         if self._previous is not None and holds_response:
             block = with_previous(block, self._previous)
         out.append(Frame(block, final=final))
