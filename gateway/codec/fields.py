@@ -247,18 +247,22 @@ def plain_checks(
 
 class PlainJudge:
     """Whether a request body is one its (strict) model takes as it is, judged by cheap checks
-    (`plain_checks`) instead of the model: each checked field's value passes its check, and every
-    other field the model declares (`skip` aside, which the caller judges) is absent or null.
-    False means "ask the model", not "invalid"."""
+    (`plain_checks`) instead of the model: every field the model requires is there, each checked
+    field's value passes its check, and every other field the model declares (`skip` aside, which
+    the caller judges) is absent or null. False means "ask the model", not "invalid"."""
 
-    __slots__ = ("checks", "declared")
+    __slots__ = ("checks", "declared", "required")
 
     def __init__(self, model: type[BaseModel], *, skip: Iterable[str] = (), own: Mapping[str, Check] | None = None):
         skipped = frozenset(skip)
         self.checks = plain_checks(model, skip=skipped, own=own)
         self.declared = frozenset(model.model_fields) - skipped
+        self.required = tuple(name for name in self.declared if model.model_fields[name].is_required())
 
     def __call__(self, data: Mapping[str, Any]) -> bool:
+        for name in self.required:
+            if name not in data:
+                return False
         checks, declared = self.checks, self.declared
         for key, value in data.items():
             check = checks.get(key)

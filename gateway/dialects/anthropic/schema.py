@@ -165,7 +165,7 @@ class CountTokensRequest(_Conversation):
 # A request of text turns, a text system prompt and settings of simple types is judged by a look
 # at each value (as a chat body is: gateway.dialects.openai.schema.plain_chat); anything else
 # (content blocks, tools, thinking) by the model, whose error a refused request gets.
-_PLAIN = PlainJudge(MessagesRequest, skip=("model", "messages"), own={"system": lambda v: v is None or type(v) is str})
+_PLAIN = PlainJudge(MessagesRequest, skip=("messages",), own={"system": lambda v: v is None or type(v) is str})
 _ROLES = frozenset(("user", "assistant", "system"))
 
 
@@ -179,7 +179,5 @@ def _text_turn(msg: object) -> bool:
 def plain_messages(data: dict[str, Any]) -> bool:
     """True when MessagesRequest would take `data` as it is and cheap checks can tell; False
     means "ask the model", not "invalid"."""
-    model, messages = data.get("model"), data.get("messages")
-    if type(model) is not str or not model or type(messages) is not list or not messages:
-        return False
-    return "max_tokens" in data and _PLAIN(data) and all(map(_text_turn, messages))
+    messages = data.get("messages")
+    return type(messages) is list and bool(messages) and _PLAIN(data) and all(map(_text_turn, messages))

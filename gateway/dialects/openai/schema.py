@@ -234,7 +234,7 @@ def _tool_choice(v: object) -> bool:
 # undeclared ones are extras, which the model takes as they are.
 _PLAIN = PlainJudge(
     ChatCompletionRequest,
-    skip=("model", "messages"),
+    skip=("messages",),
     own={"stream_options": _stream_options, "tools": _tools, "tool_choice": _tool_choice},
 )
 _PLAIN_FIELDS = _PLAIN.checks
@@ -277,10 +277,8 @@ def _plain_message(msg: object) -> bool:
 def plain_chat(data: dict[str, Any]) -> bool:
     """True when ChatCompletionRequest would accept `data` as it is and cheap checks can tell;
     False means "ask the model", not "invalid"."""
-    model, messages = data.get("model"), data.get("messages")
-    if type(model) is not str or not model or type(messages) is not list or not messages:
-        return False
-    if not _PLAIN(data):
+    messages = data.get("messages")
+    if type(messages) is not list or not messages or not _PLAIN(data):
         return False
     if data.get("stream_options") is not None and not data.get("stream"):
         return False

@@ -243,11 +243,10 @@ class InputTokensRequest(_Open):
 # A create body that is a model, a text input and settings of simple types is judged by a look at
 # each value (as a chat body is: gateway.dialects.openai.schema.plain_chat); anything else (input
 # items, tools, text and reasoning settings) by the model, whose error a refused body gets.
-_PLAIN = PlainJudge(ResponsesRequest, skip=("model", "input"))
+_PLAIN = PlainJudge(ResponsesRequest, skip=("input",))
 
 
 def plain_request(data: dict[str, Any]) -> bool:
     """True when ResponsesRequest would take `data` as it is and cheap checks can tell; False
     means "ask the model", not "invalid"."""
-    model = data.get("model")
-    return type(model) is str and bool(model) and type(data.get("input")) is str and _PLAIN(data)
+    return type(data.get("input")) is str and _PLAIN(data)
