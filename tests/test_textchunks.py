@@ -375,14 +375,51 @@ def test_a_clean_run_is_proved_whole_in_one_go(lps: object) -> None:
     parser.feed(data[:first])  # type: ignore[attr-defined]
     chunks = parser._chunks  # type: ignore[attr-defined]
     assert chunks is not None and chunks._pre is not None and chunks._per == per
-    parts, end, _ = chunks._whole(data, first, len(data))
-    assert parts is not None and end > first
-    texts = [json.loads(p) for p in parts[per - 1 :: per]]
-    assert texts == TEXTS[1 : len(texts) + 1] and len(parts) == per * len(texts)
+    body, count, end, _ = chunks._whole(data, first, len(data))
+    assert body is not None and end > first
+    values = json.loads(b"[" + body + b"]")
+    texts = values[per - 1 :: per]
+    assert texts == TEXTS[1 : len(texts) + 1] and len(values) == count == per * len(texts)
     # One byte off in the middle of the run, and it is not proved (but read right event by event).
     broken = data[: (first + end) // 2] + b" " + data[(first + end) // 2 :]
-    parts = chunks._whole(broken, first, len(broken))[0]
-    assert parts is None or not chunks._decode(parts, [])
+    body, count = chunks._whole(broken, first, len(broken))[:2]
+    assert body is None or not chunks._decode(body, count, [])
+
+
+def test_a_run_is_proved_its_templates_in_order() -> None:
+    """A run whose events hold the template's bytes between their holes, but not each once and
+    in its order, or a hole that holds what stands for them while the run is cut apart, is not
+    taken whole: read event by event, it reads as the full reading does."""
+    data = sse(trtllm(TEXTS, "varying"))
+    first = data.index(b"\n\n", data.index(b'" The"')) + 2
+    events = data[first:].split(b"\n\n")
+    seg0, seg1 = b',"output_log_probs":', b',"context_logits":0.0,"text_output":'
+    assert all(seg0 in e and seg1 in e for e in events[:3])
+
+    def swapped(event: bytes) -> bytes:  # the two stretches' places exchanged, the holes kept
+        head, _, rest = event.partition(seg0)
+        middle, _, text = rest.partition(seg1)
+        return head + seg1 + middle + seg0 + text
+
+    def doubled(event: bytes, other: bytes) -> tuple[bytes, bytes]:  # one stretch moved to the next event
+        return event.replace(seg1, seg1 + b"0" + seg1, 1), other.replace(seg1, b"", 1)
+
+    one, two = doubled(events[1], events[2])
+    damaged = [
+        [events[0], swapped(events[1]), *events[2:]],
+        [events[0], one, two, *events[3:]],
+        [events[0], events[1].replace(b'"cum_log_probs":', b'"cum_log_probs":\x01', 1), *events[2:]],
+        [events[0], events[1].replace(seg1 + b'"', seg1 + b'"\x02', 1), *events[2:]],
+    ]
+    for run in damaged:
+        read = data[:first] + b"\n\n".join(run)
+        parser = triton_parser()
+        parser.feed(data[:first])
+        chunks = parser._chunks
+        assert chunks is not None and chunks._segs == (seg0, seg1)
+        body, count = chunks._whole(read, first, len(read))[:2]
+        assert body is None or not chunks._decode(body, count, [])
+        assert read_all(triton_parser(), read, []) == read_all(triton_parser(False), read, [])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("shape", ["chat", "trtllm"])

@@ -62,7 +62,7 @@ class _Kept(NamedTuple):
     tail: bytes
     line: int
     middle: slice
-    seps: tuple[bytes, ...]
+    between: bytes
 
 
 _SLOTS = tuple("_" + name for name in _Kept._fields)
@@ -78,6 +78,7 @@ class Template:
     too."""
 
     __slots__ = (
+        "_between",
         "_choice",
         "_empty",
         "_framing",
@@ -91,7 +92,6 @@ class Template:
         "_reads",
         "_refused",
         "_segs",
-        "_seps",
         "_suf",
         "_tail",
         "_take",
@@ -124,12 +124,11 @@ class Template:
         self._held: tuple[tuple[str, int], ...] = ()  # the holes `take` reads: path, place
         self._lead = b""  # an event's first bytes: the framing and the payload's up to the first hole
         # For a run of events: where each ends (the bytes after the last hole and the blank
-        # line), and the bytes that follow each hole of a run put back together (the last: to
-        # the next event's first).
+        # line), and the bytes between one event's last hole and the next one's first.
         self._tail = b""
         self._line = 0  # which line of an event is its data line
         self._middle = slice(0)  # that line's bytes between the template's lead and tail
-        self._seps: tuple[bytes, ...] = ()
+        self._between = b""
         # What the template was learned from (a later event is compared with it), or, learned the
         # cheap way, its framing and payload, read value by value when needed.
         self._learned: _Learned | bytes | None = None
@@ -210,22 +209,23 @@ class Template:
         kept = _KEPT.get(self._kind())
         if not kept:
             return False
-        current = self._state()
         best: _Kept | None = None
         # The one with the fewest holes of those it fits (the cheapest read; a stream's first
         # text event may fit both its own kind's first template and the one learned after a
         # field changed), the latest of equals.
-        for kept_one in kept:
-            if kept_one.choice != index or kept_one.framing != framing or kept_one.pre is None:
+        event = framing + payload
+        for one in kept:
+            if one.choice != index or one.framing != framing or one.pre is None or not payload.startswith(one.pre):
                 continue
-            if not payload.startswith(kept_one.pre) or (best is not None and kept_one.per >= best.per):
+            if (best is not None and one.per >= best.per) or not payload.endswith(one.suf):
                 continue
-            self._set(kept_one)
             parts: list[bytes] = []
-            if payload.endswith(self._suf) and self._parts(framing + payload, parts) and self._text_of(parts) == text:
-                best = kept_one
-        self._set(current if best is None else best)
-        return best is not None
+            if cut_holes(event, one.lead, one.segs, one.suf, parts) and _text_in(parts, one.text_at) == text:
+                best = one
+        if best is None:
+            return False
+        self._set(best)
+        return True
 
     def _state(self) -> _Kept:
         return _Kept(*map(self.__getattribute__, _SLOTS))
@@ -236,15 +236,7 @@ class Template:
 
     def _text_of(self, parts: list[bytes]) -> str | None:
         """The text an event's holes hold, when each is one JSON value."""
-        body = b",".join(parts)
-        try:
-            values = jsonutil.loads(b"[" + body + b"]")
-        except jsonutil.JSONDecodeError:
-            return None
-        if 10 in body or 13 in body or len(values) != len(parts) or type(values[self._text_at]) is not str:
-            return None
-        text: str = values[self._text_at]
-        return text
+        return _text_in(parts, self._text_at)
 
     def _keep(self) -> None:
         """This stream's template, for the streams after it (see `_known`)."""
@@ -311,18 +303,33 @@ class Template:
         self._tail = self._suf + b"\n\n"
         self._line = framing.count(b"\n")
         self._middle = slice(len(self._lead) - framing.rfind(b"\n") - 1, -len(self._suf) or None)
-        self._seps = (*self._segs, self._tail + self._lead)
+        self._between = self._tail + self._lead
 
-    def _parts(self, payload: bytes, parts: list[bytes]) -> bool:
-        """Put the holes of `payload` (an event's bytes from its lead on, to the end of its
-        suffix) in `parts`; False when the bytes between them are not the template's."""
-        at, before = len(self._lead), len(parts)
-        for seg in self._segs:
-            end = payload.find(seg, at)
-            if end < 0:
-                del parts[before:]
-                return False
-            parts.append(payload[at:end])
-            at = end + len(seg)
-        parts.append(payload[at : len(payload) - len(self._suf)])
-        return True
+
+def cut_holes(payload: bytes, lead: bytes, segs: tuple[bytes, ...], suf: bytes, parts: list[bytes]) -> bool:
+    """Put the holes of `payload` (an event's bytes from its lead on, to the end of its suffix)
+    in `parts`, for a template of that lead, bytes between holes (`segs`) and suffix; False when
+    the bytes between them are not the template's."""
+    at, before = len(lead), len(parts)
+    for seg in segs:
+        end = payload.find(seg, at)
+        if end < 0:
+            del parts[before:]
+            return False
+        parts.append(payload[at:end])
+        at = end + len(seg)
+    parts.append(payload[at : len(payload) - len(suf)])
+    return True
+
+
+def _text_in(parts: list[bytes], text_at: int) -> str | None:
+    """The text an event's holes hold (the `text_at`-th), when each is one JSON value."""
+    body = b",".join(parts)
+    try:
+        values = jsonutil.loads(b"[" + body + b"]")
+    except jsonutil.JSONDecodeError:
+        return None
+    if 10 in body or 13 in body or len(values) != len(parts) or type(values[text_at]) is not str:
+        return None
+    text: str = values[text_at]
+    return text

@@ -174,13 +174,13 @@ class EventParser(ABC):
     def feed(self, data: bytes) -> list[Event]:
         return self._events(data) if self._chunks is None else self._texts(self._chunks, data)
 
-    def _events(self, data: bytes) -> list[Event]:
+    def _events(self, data: bytes, tried: bool = False) -> list[Event]:
         """The read event by event: a lone chunk of the template from it, anything else by
-        `on_event`."""
+        `on_event`; `tried`: the read is one event the template did not read."""
         if self._fault is not None:
             raise copy.copy(self._fault)
         out: list[Event] = []
-        chunks = self._chunks
+        chunks = None if tried else self._chunks
         decoder = self._decoder
         try:
             if self._relays:
@@ -281,7 +281,7 @@ class EventParser(ABC):
                     break
                 self._frame = data[pos : blank + 2]
                 try:
-                    out += self._events(self._frame)
+                    out += self._events(self._frame, tried=True)
                 finally:
                     self._frame = None
                 pos = blank + 2

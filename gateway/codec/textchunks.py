@@ -24,10 +24,25 @@ from operator import itemgetter
 from typing import Any
 
 from gateway import jsonutil
-from gateway.codec.learning import TRIES, Template
+from gateway.codec.learning import TRIES, Template, cut_holes
 from gateway.neutral.events import Event, text_events
 
 _STR = {str}
+
+
+def _cuts(marks: bytes) -> tuple[tuple[bytes, ...], bytes, bytes, bytes]:
+    """For a template with a byte of `marks` for each stretch between its holes: the marks, one
+    event's marks and line end, every other byte, and the table that makes each a comma."""
+    row = marks + b"\n"
+    others = bytes(sorted(set(range(256)) - set(row)))
+    return tuple(bytes((m,)) for m in marks), row, others, bytes.maketrans(row, b"," * len(row))
+
+
+# Stand-ins for the bytes between a run's holes while it is cut apart: control bytes, which JSON
+# holds neither inside a string nor between values (tab, line feed and carriage return, which it
+# allows between values, are not among them), by how many stretches a template has.
+_MARKS = bytes((*range(1, 9), 11, 12, *range(14, 32)))
+_CUTS = [_cuts(_MARKS[:n]) for n in range(len(_MARKS) + 1)]
 # How many of a read's last events that end as the template's do, but are not (a stream's
 # closing events), are left out one by one before the read is cut event by event.
 _CLOSING = 4
@@ -40,22 +55,21 @@ class TextChunks(Template):
 
     __slots__ = ()
 
-    def _decode(self, parts: list[bytes], out: list[Event], owner: Any = None) -> bool:
-        """The events whose holes `parts` holds, in order, into `out`: True, or False (with
-        nothing added) unless every hole decodes as one JSON value and every text as one string
-        (one part that holds two values, or a text that is not one string, and the event is
-        something else, read the full way)."""
-        body = b",".join(parts)
+    def _decode(self, body: bytes, count: int, out: list[Event], owner: Any = None) -> bool:
+        """The events whose holes `body` holds (`count` of them, in order, between commas) into
+        `out`: True, or False (with nothing added) unless every hole decodes as one JSON value
+        and every text as one string (one part that holds two values, or a text that is not one
+        string, and the event is something else, read the full way)."""
         if 10 in body or 13 in body:  # a part of two lines (a CR ends one too) is not the template's
             return False
         per = self._per
         try:
             # One event of a template without holes but its text (a model server's pace: an event
             # a read) is its text alone, decoded without a list around it.
-            values = [jsonutil.loads(body)] if per == 1 and len(parts) == 1 else jsonutil.loads(b"[" + body + b"]")
+            values = [jsonutil.loads(body)] if count == 1 else jsonutil.loads(b"[" + body + b"]")
         except jsonutil.JSONDecodeError:
             return False
-        if len(values) != len(parts):
+        if len(values) != count:
             return False
         texts = values[self._text_at :: per] if per > 1 else values
         if len(texts) == 1:
@@ -71,6 +85,10 @@ class TextChunks(Template):
             self._take(owner, texts, {name: values[n::per] for name, n in self._held}, out)
         return True
 
+    def _decode_parts(self, parts: list[bytes], out: list[Event], owner: Any = None) -> bool:
+        """`_decode` of the holes cut apart, in order."""
+        return self._decode(b",".join(parts), len(parts), out, owner)
+
     def event(self, payload: bytes, out: list[Event], owner: Any = None) -> bool:
         """Whether `payload` (an event's data, its framing gone) is a text event of a template
         that is framed as a data line alone; its text, if so, is appended to `out`."""
@@ -78,7 +96,9 @@ class TextChunks(Template):
         if pre is None or 10 in self._framing or not payload.startswith(pre) or not payload.endswith(self._suf):
             return False
         parts: list[bytes] = []
-        return self._parts(self._framing + payload, parts) and self._decode(parts, out, owner)
+        if not cut_holes(self._framing + payload, self._lead, self._segs, self._suf, parts):
+            return False
+        return self._decode_parts(parts, out, owner)
 
     def run(self, data: bytes, start: int, out: list[Event], owner: Any = None) -> int:
         """Where the text events of the template that `data` holds from `start` (where an event
@@ -90,41 +110,45 @@ class TextChunks(Template):
         if data.find(b"\n\n", start) == last:  # the read is this one event (a model's pace)
             event = data[start:last]
             one: list[bytes] = []
-            if event.endswith(self._suf) and self._parts(event, one) and self._decode(one, out, owner):
+            if (
+                event.endswith(self._suf)
+                and cut_holes(event, self._lead, self._segs, self._suf, one)
+                and self._decode_parts(one, out, owner)
+            ):
                 return last + 2
             return start
         if data is not self._refused:
             # The run up to the read's last event that is the template's (not a closing one).
             stop = len(data)
             for _ in range(_CLOSING):
-                whole, used, stop = self._whole(data, start, stop)
-                if whole is not None and self._decode(whole, out, owner):
+                body, count, used, stop = self._whole(data, start, stop)
+                if body is not None and self._decode(body, count, out, owner):
                     return used
                 if stop <= start:
                     break
             # Refused: cut event by event, and not tried whole after each other event in it.
             self._refused = data
         parts, used = self._cut(data, start)
-        if not parts or self._decode(parts, out, owner):
+        if not parts or self._decode_parts(parts, out, owner):
             return used
         # An event only looked like the template: the ones before it, each on its own.
         used, per = start, self._per
         frame = len(self._lead) + len(self._tail) + sum(map(len, self._segs))
         for n in range(0, len(parts), per):
             one = parts[n : n + per]
-            if not self._decode(one, out, owner):
+            if not self._decode_parts(one, out, owner):
                 break
             used += frame + sum(map(len, one))
         return used
 
-    def _whole(self, data: bytes, start: int, stop: int) -> tuple[list[bytes] | None, int, int]:
+    def _whole(self, data: bytes, start: int, stop: int) -> tuple[bytes | None, int, int, int]:
         """The holes of the events from `start` to the last before `stop` that ends as the
-        template does, where they end, and where that last event's tail begins; None when they
-        are not every one the template's. (The usual read, in a few passes over all of it
-        instead of a few per event.)"""
+        template does (between commas, as `_decode` takes them), how many, where those events
+        end, and where that last event's tail begins; None when they are not every one the
+        template's. (The usual read, in a few passes over all of it instead of a few per event.)"""
         found = data.rfind(self._tail, start, stop)
         if found < 0:
-            return None, start, start
+            return None, 0, start, start
         end = found + len(self._tail)
         # A stream's closing events may end as the template's do: the last one is looked at first,
         # its holes read (MindIE's final event has the bytes between them, the texts and details
@@ -132,34 +156,36 @@ class TextChunks(Template):
         last = data.rfind(b"\n\n", start, found)
         last = last + 2 if last >= 0 else start
         holes: list[bytes] = []
-        if not data.startswith(self._lead, last) or not self._parts(data[last : end - 2], holes):
-            return None, start, found
+        if not data.startswith(self._lead, last) or not cut_holes(
+            data[last : end - 2], self._lead, self._segs, self._suf, holes
+        ):
+            return None, 0, start, found
         if self._text_of(holes) is None:
-            return None, start, found
+            return None, 0, start, found
         run = data[start:end]
-        # Each event's bytes between its lead and its tail, from its data line, if the read is as
-        # it should be (the check below proves it). A split at line ends (memchr) costs a fraction
-        # of one at the long bytes between the events.
+        # Each event's bytes between its lead and its tail, from its data line (a split at line
+        # ends, a memchr, costs a fraction of one at the long bytes between the events), proven
+        # to be so: the run is each of them between the template's lead and tail.
         lines = run.split(b"\n")
         middles = list(map(itemgetter(self._middle), lines[self._line : len(lines) - 1 : self._line + 2]))
+        joined = self._between.join(middles)
+        if len(joined) != len(run) - len(self._lead) - len(self._tail) or not run.startswith(joined, len(self._lead)):
+            return None, 0, start, found
         segs = self._segs
-        if segs:
-            joined = b"\n".join(middles)
-            for seg in segs:
-                joined = joined.replace(seg, b"\n")
-            parts = joined.split(b"\n")
-            if len(parts) != len(middles) * self._per:
-                return None, start, found
-        else:
-            parts = middles
-        # Put back together: each piece, then the template's bytes that follow it.
-        rebuilt: list[bytes] = [b""] * (2 * len(parts))
-        rebuilt[::2] = parts
-        rebuilt[1::2] = self._seps * len(middles)
-        again = b"".join(rebuilt)  # the run without its first event's lead, and the next's after it
-        if len(again) != len(run) or not again.startswith(run[len(self._lead) :]):
-            return None, start, found
-        return parts, end, found
+        if not segs:
+            return b",".join(middles), len(middles), end, found
+        if len(segs) >= len(_CUTS):
+            return None, 0, start, found
+        # The bytes between holes, each a mark of its own; an event's marks are then the
+        # template's, in its order, when the marks and line ends alone are so many rows of them,
+        # and the holes are what the marks and line ends separate, each to be one JSON value.
+        marks, row, others, commas = _CUTS[len(segs)]
+        held = b"\n".join(middles)
+        for seg, mark in zip(segs, marks, strict=True):
+            held = mark.join(held.split(seg))
+        if held.translate(None, others) + b"\n" != row * len(middles):
+            return None, 0, start, found
+        return held.translate(commas), len(middles) * self._per, end, found
 
     def _cut(self, data: bytes, start: int) -> tuple[list[bytes], int]:
         """`run`'s holes of the events from `start` that are the template's, and where they end,
@@ -175,7 +201,7 @@ class TextChunks(Template):
                 break
             at, whole = begin, True
             if segs:
-                # _parts, written out: this runs once per streamed token.
+                # cut_holes, written out: this runs once per streamed token.
                 for seg in segs:
                     end = event.find(seg, at)
                     if end < 0:
