@@ -40,8 +40,23 @@ def string_contents(texts: list[str]) -> list[bytes] | None:
 
 
 def numbers(values: list[int]) -> list[bytes]:
-    """Each integer as JSON writes it, encoded in one call (a run of tokens' positions or ids)."""
+    """Each integer as JSON writes it, encoded in one call (a run of tokens' ids)."""
     return orjson.dumps(values)[1:-1].split(b",") if values else []
+
+
+# The counting numbers as JSON writes them, made as far as a stream has counted (a position or a
+# sequence number a streamed token, so a few thousand at most: a kilobyte or two a hundred).
+_COUNTED: list[bytes] = []
+_COUNTED_MOST = 1 << 14
+
+
+def counted(first: int, stop: int) -> list[bytes]:
+    """`numbers` of the integers from `first` up to `stop` (a run of tokens' positions)."""
+    if first < 0 or stop > _COUNTED_MOST:
+        return numbers(list(range(first, stop)))
+    if stop > len(_COUNTED):
+        _COUNTED.extend(numbers(list(range(len(_COUNTED), stop + 256))))
+    return _COUNTED[first:stop]
 
 
 def dumps_str(obj: Any) -> str:

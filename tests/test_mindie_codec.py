@@ -106,6 +106,26 @@ def test_stream_ids_as_lists_and_no_space() -> None:
     assert isinstance(events[0], TextDelta) and events[0].token_ids == [626]
 
 
+@pytest.mark.parametrize("step", [None, 1, 37])
+def test_a_run_whose_tokens_name_several_ids_reads_as_whole(step: int | None) -> None:
+    """A run of token events read from the template takes each token's id as a number; where a
+    token names a list of ids (or none), each keeps what it named, as when read whole."""
+    events = fixture("infer_token_stream.txt").split(b"\n\n")
+    lists = [
+        e.replace(b'"id":', b'"id":[1,', 1).replace(b',"text"', b'],"text"', 1) if n % 3 == 1 else e
+        for n, e in enumerate(events)
+    ]
+    for body in (b"\n\n".join(events), b"\n\n".join(lists)):
+        whole = GenerateStreamParser()
+        whole._chunks = None
+        want = expand(parse_all(whole, body, step))
+        got = expand(parse_all(GenerateStreamParser(), body, step))
+        assert got == want
+        assert [e.token_ids for e in got if isinstance(e, TextDelta)] == [
+            e.token_ids for e in want if isinstance(e, TextDelta)
+        ]
+
+
 def test_midstream_raw_text_is_an_error() -> None:
     lines = fixture("infer_token_stream.txt").split(b"\n\n")
     body = b"\n\n".join(lines[:3]) + b"\n\nEngine callback timeout: client timeout"

@@ -15,7 +15,7 @@ from gateway.dialects.openai import render as openai
 from gateway.dialects.openai import stream as openai_stream
 from gateway.dialects.tgi import render as tgi
 from gateway.dialects.tgi.inbound import FLAVOUR as TGI
-from gateway.neutral.events import FinishEvent, TextDelta, TextRun, UsageEvent, expand
+from gateway.neutral.events import Event, FinishEvent, TextDelta, TextRun, UsageEvent, expand
 from gateway.neutral.types import Finish, Request, Task, Usage
 
 TEXTS = [" The", "", ' "quoted"', "back\\slash", "café 😀", "line\nbreak", "\u2028", "\x00"]
@@ -110,8 +110,8 @@ RUN_READS = [
     # A text that ends in a backslash, or holds the list separator: encoded one by one.
     [TextRun(["ends in \\", 'holds ","', "x"]), TextRun(["", "y"])],
     # Runs whose tokens name their ids (TGI's and MindIE's streams): one id, several, none at 0.
-    [TextRun(["i", "j", "k"], 0, [[11], [12, 13], [0]]), TextRun(["t", "u"], 1, [[21], [22]])],
-    [TextRun(["l", "m"], 0, [[14], [15]]), FinishEvent(Finish.STOP_STRING)],
+    [TextRun(["i", "j", "k"], 0, [11, 12, 0]), TextDelta("h", 0, None, [12, 13]), TextRun(["t", "u"], 1, [21, 22])],
+    [TextRun(["l", "m"], 0, [14, 15]), TextDelta("n", 0, None, []), FinishEvent(Finish.STOP_STRING)],
     [UsageEvent(Usage(3, 12))],
 ]
 
@@ -166,18 +166,21 @@ def test_texts_cut_from_one_encoding_are_each_texts_json_string() -> None:
 def test_random_runs_with_ids_render_as_their_deltas(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run's frames are laid out from the template's pieces and joined once (gateway.codec.frames),
     its ids and positions encoded together: the same bytes as each delta written on its own, for
-    any mix of texts and ids (one each, several, none, an empty list)."""
+    any mix of texts and ids (a run's one each, or none; between runs, tokens of several ids, or
+    an empty list, or none)."""
     rng = random.Random(23)
     alphabet = ['"', "\\", ",", '","', "],[", "a", " ", "é", "😀", "\n", "\x00", "%b", "%d"]
     choices: list[list[int] | None] = [[5], [150_000], [0], [7, 8], [], None]
     for _ in range(300):
-        reads = []
+        reads: list[list[Event]] = []
         for _ in range(rng.randint(1, 4)):
             size = rng.randint(2, 7)  # a run is two texts or more
             texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 3))) for _ in range(size)]
-            picked = [rng.choice(choices) for _ in range(size)]
-            ids = None if rng.random() < 0.2 else [one or [] for one in picked]
-            reads.append([TextRun(texts, 0, ids)])
+            ids = None if rng.random() < 0.2 else [rng.choice([5, 150_000, 0]) for _ in range(size)]
+            read: list[Event] = [TextRun(texts, 0, ids)]
+            if rng.random() < 0.5:
+                read.insert(rng.randint(0, 1), TextDelta(rng.choice(alphabet), 0, None, rng.choice(choices)))
+            reads.append(read)
         outputs = []
         for expanded in (False, True):
             ticks = itertools.count(1)
@@ -193,7 +196,7 @@ def test_random_runs_with_ids_render_as_their_deltas(name: str, monkeypatch: pyt
 
 def test_frames_filled_from_a_template_are_the_template_formatted() -> None:
     """gateway.codec.frames: each row is what `template % row` gives, the rows joined; the holes'
-    count is checked; jsonutil.numbers writes each integer as JSON does."""
+    count is checked; jsonutil.numbers and jsonutil.counted write each integer as JSON does."""
     template = b'data:{"index":%d,"id":%b,"text":%b}\n\n'
     pieces = frames.template_pieces(template, 3)
     rng = random.Random(5)
@@ -213,3 +216,6 @@ def test_frames_filled_from_a_template_are_the_template_formatted() -> None:
         frames.template_pieces(template, 2)
     assert jsonutil.numbers([]) == []
     assert jsonutil.numbers([0, -3, 2**40]) == [b"0", b"-3", b"1099511627776"]
+    # A run's positions, from the numbers counted so far or past them.
+    for first, stop in [(0, 0), (5, 9), (0, 300), (250, 700), (-2, 3), (16_380, 16_390), (3, 1)]:
+        assert jsonutil.counted(first, stop) == [b"%d" % n for n in range(first, stop)], (first, stop)

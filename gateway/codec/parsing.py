@@ -42,8 +42,9 @@ class Renamer:
     """`renamed(data, key, name, 0)` for the runs of one stream's events, whose `key` field holds
     the same bytes in each: once seen, the field is replaced as bytes, with no match and no
     Python call per event. The replacement stands when every `key` in the run was that field:
-    counted in what it gives (the new field holds the key `_keys` times, and the change in length
-    says how many were replaced), one count of the run where counting the field first took two."""
+    counted in what it gives (the new field holds the key `_keys` times, and the pieces between
+    the fields say how many were replaced), one count of the run where counting the field first
+    took two."""
 
     __slots__ = ("_key", "_keys", "_name", "_new", "_old", "_quoted")
 
@@ -64,10 +65,11 @@ class Renamer:
             old = self._old = found.group(0)
             new = self._new = self._quoted + found.group(1) + self._name
             self._keys = new.count(self._quoted)
-        out = data.replace(old, new)
-        grew = len(new) - len(old)
-        seen = (len(out) - len(data)) // grew if grew else data.count(old)
-        if out.count(self._quoted) == seen * self._keys:
+        # A split and a join: one pass to find the fields where a replace makes two, and how many
+        # it found.
+        pieces = data.split(old)
+        out = new.join(pieces)
+        if out.count(self._quoted) == (len(pieces) - 1) * self._keys:
             return out
         return renamed(data, self._key, self._name, 0)
 

@@ -28,7 +28,9 @@ class TextRun(NamedTuple):
 
     texts: list[str]
     index: int = 0  # type: ignore[assignment]
-    ids: list[list[int]] | None = None  # one list a text (TGI's and MindIE's streams name them)
+    # Each text's token id, where the backend names one for each (TGI's and MindIE's streams);
+    # a token of several ids, or none, comes as a TextDelta of its own.
+    ids: list[int] | None = None
 
 
 class ReasoningDelta(NamedTuple):
@@ -98,7 +100,7 @@ def expand(events: list[Event]) -> list[Event]:
             if ev.ids is None:
                 out += [TextDelta(text, ev.index) for text in ev.texts]
             else:
-                out += [TextDelta(text, ev.index, None, ids) for text, ids in zip(ev.texts, ev.ids, strict=True)]
+                out += [TextDelta(text, ev.index, None, [i]) for text, i in zip(ev.texts, ev.ids, strict=True)]
         else:
             out.append(ev)
     return out

@@ -130,16 +130,16 @@ class NativeStreamRenderer(tgi.HoldBackRenderer):
         time = _dumps(round(ms, 2)) if ms else b"0.0"
         return template % (time, _dumps(tgi.ids_value(ids, None)) if ids else b"null", _dumps(d.text))
 
-    def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
+    def token_frames(self, texts: list[str], ms: float, ids: list[int] | None) -> bytes:
         # The first as token_frame writes it; the others came with it, 0 ms later.
         if not texts:
             return b""
-        first = self.token_frame(TextDelta(texts[0], 0, None, None if ids is None else ids[0]), ms)
+        first = self.token_frame(TextDelta(texts[0], 0, None, None if ids is None else ids[:1]), ms)
         if len(texts) < 2:
             return first
         if ids is None:
             return first + _LATER_PRE + jsonutil.strings_joined(texts[1:], _LATER_BETWEEN) + _LATER_POST
-        return first + filled_texts(_LATER, [self.id_values(ids[1:])], texts[1:])
+        return first + filled_texts(_LATER, [jsonutil.numbers(ids[1:])], texts[1:])
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None

@@ -217,7 +217,7 @@ class ResponseStream:
                 parts.append(self._delta(ev.text, ev.logprobs))
             elif t is TextRun:
                 assert isinstance(ev, TextRun)
-                texts = [text for text in ev.texts if text]
+                texts = list(filter(None, ev.texts))
                 if ev.index or not texts:
                     continue
                 if self._open != "message":
@@ -226,7 +226,7 @@ class ResponseStream:
                 seq = w.seq
                 w.seq = seq + len(texts)
                 self._texts += texts
-                numbers = jsonutil.numbers(list(range(seq, w.seq)))
+                numbers = jsonutil.counted(seq, w.seq)
                 parts.append(filled_texts((self._pre, self._post, _TAIL), [numbers], texts))
             elif t is ReasoningDelta:
                 assert isinstance(ev, ReasoningDelta)

@@ -1,7 +1,7 @@
 """Reading a TGI-wire upstream (Hugging Face TGI, MindIE's TGI-style and native routes):
 whole answers, error bodies and the SSE stream, to the neutral form."""
 
-from typing import Any, cast
+from typing import Any
 
 from gateway import jsonutil
 from gateway.codec.errors import message_of
@@ -29,14 +29,6 @@ def ids_list(value: Any) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return value or None
     return None
-
-
-def _id_lists(values: list[Any]) -> list[list[int]] | None:
-    """A run's `token.id`s, a list each; None unless every one names its ids."""
-    if set(map(type, values)) == _INT:
-        return [[v] for v in values]  # the usual: one id a token
-    lists = list(map(ids_list, values))
-    return None if any(ids is None for ids in lists) else cast("list[list[int]]", lists)
 
 
 def error_text(obj: Any) -> str:
@@ -108,12 +100,11 @@ class GenerateStreamParser(EventParser):
     def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
         """A run of token events read from the template: what `on_event` does for each."""
         named = held.get("token.id")
-        if len(texts) > 1 and named is not None and "" not in texts:
-            ids = _id_lists(named)
-            if ids is not None:
-                out.append(new_event(TextRun, (texts, 0, ids)))
-                self._sent += texts
-                return
+        # The usual: one id a token, a number each.
+        if len(texts) > 1 and named is not None and "" not in texts and set(map(type, named)) == _INT:
+            out.append(new_event(TextRun, (texts, 0, named)))
+            self._sent += texts
+            return
         for text, ident in zip(texts, named or [None] * len(texts), strict=True):
             if text:
                 out.append(new_event(TextDelta, (text, 0, None, ids_list(ident))))

@@ -196,9 +196,9 @@ class HoldBackRenderer(ABC):
                     texts += ev.texts
                     ids = ev.ids
                     if ids is not None:
-                        self._n_ids += sum(map(len, ids))
+                        self._n_ids += len(ids)
                     out.append(self.token_frames(ev.texts[:-1], ms, None if ids is None else ids[:-1]))
-                    last, ms = TextDelta(ev.texts[-1], 0, None, None if ids is None else ids[-1]), 0.0
+                    last, ms = TextDelta(ev.texts[-1], 0, None, None if ids is None else ids[-1:]), 0.0
                 else:
                     texts.append(ev.text)
                     if ev.token_ids:
@@ -233,19 +233,10 @@ class HoldBackRenderer(ABC):
         per streamed token."""
 
     @abstractmethod
-    def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
+    def token_frames(self, texts: list[str], ms: float, ids: list[int] | None) -> bytes:
         """The events of tokens that came together (a run of a fast stream's tokens, with each
-        one's ids where the backend gave them), the first `ms` after the one before, the others
+        one's id where the backend gave them), the first `ms` after the one before, the others
         at once: what `token_frame` writes for each, in one call over the texts."""
-
-    def id_values(self, ids: list[list[int]]) -> list[bytes]:
-        """Each token's ids as its event writes them (see `ids_value`)."""
-        encoded = _dumps(ids)
-        # One id each (no empty list, no comma but those between the lists): each its number.
-        if encoded.count(b",") == len(ids) - 1 and encoded.find(b"[]") < 0:
-            return encoded[2:-2].split(b"],[")
-        fl = self._fl
-        return [_dumps(ids_value(one, fl.unknown_id, fl.id_lists)) for one in ids]
 
     @abstractmethod
     def final_event(
@@ -336,7 +327,7 @@ class TGIStreamRenderer(HoldBackRenderer):
             return self._frame % (self._index, token_id, _dumps(d.text))
         return self._frame % (token_id, _dumps(d.text))
 
-    def token_frames(self, texts: list[str], ms: float, ids: list[list[int]] | None) -> bytes:
+    def token_frames(self, texts: list[str], ms: float, ids: list[int] | None) -> bytes:
         # token_frame of each (no time in TGI's): the frames laid out from the template's pieces
         # and joined once (gateway.codec.frames), or where only the text differs, the texts
         # encoded together.
@@ -344,11 +335,11 @@ class TGIStreamRenderer(HoldBackRenderer):
             return b""
         if ids is None and not self._fl.index:
             return self._text_pre + jsonutil.strings_joined(texts, self._between) + self._text_post
-        named = [self._no_id] * len(texts) if ids is None else self.id_values(ids)
+        named = [self._no_id] * len(texts) if ids is None else jsonutil.numbers(ids)
         if not self._fl.index:
             return filled_texts(self._pieces, [named], texts)
         first, self._index = self._index + 1, self._index + len(texts)
-        return filled_texts(self._pieces, [jsonutil.numbers(list(range(first, self._index + 1))), named], texts)
+        return filled_texts(self._pieces, [jsonutil.counted(first, self._index + 1), named], texts)
 
     def final_event(
         self, last: TextDelta | None, ms: float, text: str, details: dict[str, Any] | None
