@@ -14,10 +14,12 @@ How the template is learned from the events read whole, which fields are its hol
 is kept for a server's next streams: gateway.codec.learning. The values of the holes the dialect
 reads go, run by run, to its `take`; the others are only checked to be one value each.
 
-A run of such events is taken apart in a few passes over the whole read (its events, the bytes
-between the template's, its holes) and then put back together from the pieces and the template's
-bytes: when that gives the read back byte for byte, every event was the template's, and the
-pieces are its texts and holes. Anything else is cut event by event.
+A run of such events is taken apart in a few passes over the whole read: each event's bytes
+between the template's lead and tail, proven to be the run with the lead and tail around each;
+in those, each stretch of the template's bytes between two holes marked by a byte of its own
+that no JSON holds, the marks proven to be in the template's order in every event; the holes,
+what the marks separate, decoded as one JSON list, one value each. Anything else is cut event
+by event.
 """
 
 from operator import itemgetter
