@@ -100,6 +100,12 @@ class GenerateStreamParser(EventParser):
     def _run(self, texts: list[str], held: dict[str, list[Any]], out: list[Event]) -> None:
         """A run of token events read from the template: what `on_event` does for each."""
         named = held.get("token.id")
+        if len(texts) == 1:  # a model server's pace: an event a read
+            text, ident = texts[0], None if named is None else named[0]
+            if text:
+                out.append(new_event(TextDelta, (text, 0, None, [ident] if type(ident) is int else ids_list(ident))))
+                self._sent.append(text)
+            return
         # The usual: one id a token, a number each.
         if len(texts) > 1 and named is not None and "" not in texts and set(map(type, named)) == _INT:
             out.append(new_event(TextRun, (texts, 0, named)))
