@@ -220,7 +220,7 @@ class Template:
             if (best is not None and one.per >= best.per) or not payload.endswith(one.suf):
                 continue
             parts: list[bytes] = []
-            if cut_holes(event, one.lead, one.segs, one.suf, parts) and _text_in(parts, one.text_at) == text:
+            if cut_holes(event, one.lead, one.segs, one.suf, parts) and text_in(parts, one.text_at) == text:
                 best = one
         if best is None:
             return False
@@ -233,10 +233,6 @@ class Template:
     def _set(self, template: _Kept) -> None:
         for name, value in zip(_SLOTS, template, strict=True):
             setattr(self, name, value)
-
-    def _text_of(self, parts: list[bytes]) -> str | None:
-        """The text an event's holes hold, when each is one JSON value."""
-        return _text_in(parts, self._text_at)
 
     def _keep(self) -> None:
         """This stream's template, for the streams after it (see `_known`)."""
@@ -322,8 +318,9 @@ def cut_holes(payload: bytes, lead: bytes, segs: tuple[bytes, ...], suf: bytes, 
     return True
 
 
-def _text_in(parts: list[bytes], text_at: int) -> str | None:
-    """The text an event's holes hold (the `text_at`-th), when each is one JSON value."""
+def text_in(parts: list[bytes], text_at: int) -> str | None:
+    """The text an event's holes (`parts`, from `cut_holes`) hold (the `text_at`-th), when each
+    is one JSON value."""
     body = b",".join(parts)
     try:
         values = jsonutil.loads(b"[" + body + b"]")

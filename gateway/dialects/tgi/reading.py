@@ -24,7 +24,7 @@ FINISH_WORDS = FinishWords({"eos_token": Finish.EOS, "stop_sequence": Finish.STO
 
 def ids_list(value: Any) -> list[int] | None:
     """`token.id` as MindIE or TGI sends it: a number, a list of numbers, or null."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if type(value) is int:  # (a JSON true is a bool, not one)
         return [value]
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return value or None
@@ -103,11 +103,11 @@ class GenerateStreamParser(EventParser):
         if len(texts) == 1:  # a model server's pace: an event a read
             text, ident = texts[0], None if named is None else named[0]
             if text:
-                out.append(new_event(TextDelta, (text, 0, None, [ident] if type(ident) is int else ids_list(ident))))
+                out.append(new_event(TextDelta, (text, 0, None, ids_list(ident))))
                 self._sent.append(text)
             return
         # The usual: one id a token, a number each.
-        if len(texts) > 1 and named is not None and "" not in texts and set(map(type, named)) == _INT:
+        if named is not None and "" not in texts and set(map(type, named)) == _INT:
             out.append(new_event(TextRun, (texts, 0, named)))
             self._sent += texts
             return
