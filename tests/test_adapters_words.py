@@ -13,18 +13,9 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, tra
 from tokenizers import Tokenizer as HFTokenizer
 
 from gateway.adapters.tokenizer import Tokenizer
-from gateway.adapters.words import LONGEST, WordCounter, ascii_expression
+from gateway.adapters.words import LLAMA3, LONGEST, QWEN2, WordCounter, ascii_expression
 from tests.tokenizer_kit import CORPUS, SPECIAL_TOKENS
 
-# The expressions of Llama 3's and Qwen 2's tokenizer.json, as they ship.
-LLAMA3 = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-QWEN2 = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 TEXTS = [
     *CORPUS,
     "It's 12345 o'clock; THEY'LL say 'Yes'.\n\n\tIndented   three\r\nlines ",
@@ -68,6 +59,24 @@ def _random_texts(seed: int, n: int) -> list[str]:
     return out
 
 
+def _spaced_texts(seed: int, n: int) -> list[str]:
+    """Texts whose only whitespace is single spaces, as a model's answer mostly is: words,
+    numbers, contractions and punctuation between them, a space before the text or not."""
+    rnd = random.Random(seed)
+    pieces = ["'s", "'S", "'ll", "don't", "12", "345678", "...", "?!", "Hello", "world", "(x)", "a-b", "I'M"]
+    visible = string.ascii_letters + string.digits + string.punctuation
+    out = []
+    for _ in range(n):
+        words = []
+        for _ in range(rnd.randint(1, 30)):
+            if rnd.random() < 0.5:
+                words.append(rnd.choice(pieces))
+            else:
+                words.append("".join(rnd.choice(visible) for _ in range(rnd.randint(1, 6))))
+        out.append((" " if rnd.random() < 0.5 else "") + " ".join(words))
+    return out
+
+
 PRE_TOKENIZERS = {
     "gpt2": lambda: pre_tokenizers.ByteLevel(add_prefix_space=False),
     "gpt2-prefix-space": lambda: pre_tokenizers.ByteLevel(add_prefix_space=True),
@@ -95,6 +104,32 @@ def test_counts_equal_the_librarys(tmp_path: Path, kind: str) -> None:
         assert tok.count(text) == len(tok.encode(text)), repr(text)
     # Counted twice (the second time from remembered words), the same.
     for text in texts[:200]:
+        assert tok.count(text) == len(tok.encode(text)), repr(text)
+
+
+@pytest.mark.parametrize("kind", sorted(PRE_TOKENIZERS))
+def test_a_text_of_single_spaces_is_counted_by_its_pieces_as_the_library_counts_it(tmp_path: Path, kind: str) -> None:
+    tok = _tokenizer(tmp_path, _trained(PRE_TOKENIZERS[kind]()))
+    words = tok._words
+    assert words is not None and words._spaced is not None, "these expressions cut at every space"
+    texts = _spaced_texts(hash(kind) & 0xFFFF, 3000)
+    for text in texts + texts[:300]:  # the second time, from the pieces remembered
+        assert tok.count(text) == len(tok.encode(text)), repr(text)
+    assert words._spaced, "the pieces were counted by the split"
+
+
+def test_another_expression_is_not_cut_at_its_spaces(tmp_path: Path) -> None:
+    # Words that may hold a space after their first character: a text's pieces are not its words.
+    pairs = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[a-z]+ [a-z]+|\s+|[^\s]+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok = _tokenizer(tmp_path, _trained(pairs))
+    words = tok._words
+    assert words is not None and words._spaced is None
+    for text in _spaced_texts(7, 500):
         assert tok.count(text) == len(tok.encode(text)), repr(text)
 
 

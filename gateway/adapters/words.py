@@ -25,7 +25,24 @@ from collections.abc import Callable
 from typing import Any
 
 # The expression a byte-level pre-tokenizer splits with when `use_regex` is set (GPT-2's).
-_GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# The expressions of Llama 3's and Qwen 2's tokenizer.json (a split before a byte-level step).
+LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Expressions under which a text whose only whitespace is single spaces between other
+# characters is cut at each space: no alternative matches a space but as its first character
+# (` ?X`, an optional leading character before letters, whitespace runs, which over one space
+# before a non-space take that space alone), so when the words cover the text each space begins
+# one, and a word begun at a space ends before the next, decided by the characters up to it
+# (`(?!\S)` looks one character past a run of whitespace). Such a text's count is the sum of
+# its space-led pieces' counts, each remembered whole: a split, not the expression run over it.
+_CUT_AT_SPACES = frozenset((GPT2, LLAMA3, QWEN2))
 # The Unicode classes the usual expressions use, as they are within ASCII.
 _ASCII_CLASSES = {"L": "A-Za-z", "N": "0-9"}
 # Normalizations that leave ASCII text as it is.
@@ -104,15 +121,16 @@ def ascii_expression(pattern: str) -> re.Pattern[str] | None:
         return None
 
 
-def _splitter(pre: Any) -> tuple[re.Pattern[str], bool] | None:
-    """The expression words are cut with, and whether a space is put before the text, for a
-    pre-tokenizer (its JSON form); None when it is not one this module can follow."""
+def _splitter(pre: Any) -> tuple[re.Pattern[str], bool, bool] | None:
+    """The expression words are cut with, whether a space is put before the text, and whether
+    the expression cuts at every single space (`_CUT_AT_SPACES`), for a pre-tokenizer (its JSON
+    form); None when it is not one this module can follow."""
     if not isinstance(pre, dict):
         return None
     kind = pre.get("type")
     if kind == "ByteLevel" and pre.get("use_regex", True):
-        found = ascii_expression(_GPT2)
-        return None if found is None else (found, bool(pre.get("add_prefix_space")))
+        found = ascii_expression(GPT2)
+        return None if found is None else (found, bool(pre.get("add_prefix_space")), True)
     if kind != "Sequence":
         return None
     steps = pre.get("pretokenizers")
@@ -127,21 +145,29 @@ def _splitter(pre: Any) -> tuple[re.Pattern[str], bool] | None:
         return None
     expression = (split.get("pattern") or {}).get("Regex")
     found = ascii_expression(expression) if isinstance(expression, str) else None
-    return None if found is None else (found, False)
+    return None if found is None else (found, False, expression in _CUT_AT_SPACES)
 
 
 class WordCounter:
     """Counts an ASCII text's tokens as the sum of its words' remembered counts."""
 
-    __slots__ = ("_added", "_find", "_known", "_prefix", "_tokenize")
+    __slots__ = ("_added", "_find", "_known", "_prefix", "_spaced", "_tokenize")
 
     def __init__(
-        self, find: re.Pattern[str], prefix: bool, tokenize: Callable[[str], list[Any]], added: list[str]
+        self,
+        find: re.Pattern[str],
+        prefix: bool,
+        tokenize: Callable[[str], list[Any]],
+        added: list[str],
+        at_spaces: bool = False,
     ) -> None:
         self._find = find.findall
         self._prefix = prefix
         self._tokenize = tokenize
         self._known: dict[str, int] = {}
+        # Under an expression that cuts at every single space: a piece between spaces -> the
+        # count of that piece with its space before it.
+        self._spaced: dict[str, int] | None = {} if at_spaces else None
         alternatives = "|".join(re.escape(t) for t in added if t)
         self._added = re.compile(alternatives).search if alternatives else None
 
@@ -159,10 +185,12 @@ class WordCounter:
         if how is None:
             return None
         added = [t.content for t in inner.get_added_tokens_decoder().values()]
-        counter = cls(how[0], how[1], inner.model.tokenize, added)
+        counter = cls(how[0], how[1], inner.model.tokenize, added, how[2])
         if any(counter.count(text) != count(text) for text in _SAMPLES):
             return None
         counter._known.clear()
+        if counter._spaced is not None:
+            counter._spaced.clear()
         return counter
 
     def count(self, text: str) -> int | None:
@@ -174,6 +202,39 @@ class WordCounter:
             return None
         if self._prefix and not text.startswith(" "):
             text = " " + text
+        spaced = self._spaced
+        if spaced is not None:
+            # A text of printable characters and single spaces (no space at either end of its
+            # body): cut at its spaces, each piece counted with the space before it.
+            body = text[1:] if text[0] == " " else text
+            if body and body.isprintable() and "  " not in body and body[0] != " " and body[-1] != " ":
+                pieces = body.split(" ")
+                n = 0
+                if body is text:  # the first piece has no space before it
+                    found = self._words(pieces.pop(0))
+                    if found is None:
+                        return None
+                    n = found
+                try:
+                    return n + sum(map(spaced.__getitem__, pieces))
+                except KeyError:
+                    pass
+                for piece in pieces:
+                    known = spaced.get(piece)
+                    if known is None:
+                        known = self._words(" " + piece)
+                        if known is None:
+                            return None
+                        if len(piece) < _LONGEST_KEPT:
+                            if len(spaced) >= KEPT:
+                                spaced.clear()
+                            spaced[piece] = known
+                    n += known
+                return n
+        return self._words(text)
+
+    def _words(self, text: str) -> int | None:
+        """`text`'s count, its words found by the expression; None when they leave a stretch."""
         words = self._find(text)
         if sum(map(len, words)) != len(text):
             return None  # a stretch no alternative matched: the library keeps it, findall not
