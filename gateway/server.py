@@ -12,7 +12,7 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -96,6 +96,10 @@ class _Live:
     app: web.Application
     in_flight: int = 0
     retired: bool = False
+    routes: protocol_members.Routes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.routes = protocol_members.Routes(self.app)
 
 
 def _announce(app: web.Application, closing: bool) -> None:
@@ -159,7 +163,7 @@ class Switch:
         live.in_flight += 1
         self.idle.clear()
         try:
-            resp = await protocol_members.handle(live.app, request)
+            resp = await live.routes.handle(request)
             if self.closing and not resp.prepared:
                 # The answer says `Connection: close`, so its client opens no more requests on
                 # this connection. (A stream whose headers went out earlier keeps its connection:

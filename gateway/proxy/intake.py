@@ -56,10 +56,15 @@ async def read_body(
     if length is not None and length > limit:
         raise PayloadTooLarge(too_large)
     room = limit if length is None else length
+    content = request.content
     try:
-        if request.content.is_eof():
+        if content.is_eof():
             budget.reserve_body(ticket, room)
-            body = await request.read()  # it came with the headers: nothing to wait for
+            # It came with the headers: taken as it lies, not through a read loop that copies it
+            # into a growing buffer and then out again.
+            body = content.read_nowait()
+            if len(body) > limit:
+                raise PayloadTooLarge(too_large)
         else:
             with budget.arrival(arrival.client(trusted)):
                 budget.reserve_body(ticket, room)
@@ -68,7 +73,7 @@ async def read_body(
         raise PayloadTooLarge(too_large) from None
     except RequestPayloadError:
         raise _undecodable() from None
-    if not body and request.body_exists and request.content.total_raw_bytes:
+    if not body and request.body_exists and content.total_raw_bytes:
         # aiohttp ends a gzip body cut short without a word (only deflate's end is checked): the
         # bytes sent decoded to nothing, which is not "an empty body".
         raise _undecodable()
