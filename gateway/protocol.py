@@ -13,6 +13,7 @@ or 431 and the connection closes. Body deadlines are the exchange handler's (it 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial, update_wrapper
 from typing import Any, cast
 
 from aiohttp import hdrs, web
@@ -20,7 +21,6 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
-from aiohttp.web_app import _cached_build_middleware
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 from aiohttp.web_urldispatcher import MatchInfoError, SystemRoute, UrlMappingMatchInfo
@@ -221,14 +221,31 @@ def make_request(
 _KEPT_PATHS = 512
 
 
+# The middleware aiohttp puts around every app's own, which makes the app the match's current
+# one while it runs (for sub-apps); a match of the app alone already names it.
+_CURRENT_APP = "_fix_request_current_app.<locals>.impl"
+
+
+def _wrapped(app: web.Application, handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+    """`handler` within `app`'s middlewares, as aiohttp wraps it for a match of `app` alone."""
+    chain = app._middlewares_handlers or ()
+    if chain and getattr(chain[-1][0], "__qualname__", None) == _CURRENT_APP:
+        chain = chain[:-1]
+    for middleware, _ in chain:
+        handler = update_wrapper(partial(middleware, handler=handler), handler)
+    return handler
+
+
 class Routes:
     """An app's answer to a request (its middlewares, then the route's handler), as aiohttp's
     `Application._handle` gives it, with what the router found for a method and path kept:
     the router walks its resources, builds and freezes a match for each request and looks up
     the handler wrapped in the middlewares, about a tenth of what aiohttp's server spends on a
     request. A match, once frozen, is the same for every request of that method and path (the
-    path's query included), so it is handed to each; a request with an `Expect` header, and a
-    path no route took, go through aiohttp's own steps."""
+    path's query included), so it is handed to each, and the handler is wrapped once in the
+    app's middlewares (not in the one aiohttp adds to name the current app, which a match of
+    the app alone already names); a request with an `Expect` header, and a path no route
+    took, go through aiohttp's own steps."""
 
     __slots__ = ("_app", "_found")
 
@@ -259,5 +276,4 @@ class Routes:
                 and not app._has_legacy_middlewares
                 and match.apps == (app,)
             ):
-                handler = _cached_build_middleware(match.handler, match.apps)
-                self._found[request.method, request.raw_path] = (match, handler)
+                self._found[request.method, request.raw_path] = (match, _wrapped(app, match.handler))
