@@ -238,14 +238,13 @@ def _wrapped(app: web.Application, handler: Callable[[web.Request], Any]) -> Cal
 
 class Routes:
     """An app's answer to a request (its middlewares, then the route's handler), as aiohttp's
-    `Application._handle` gives it, with what the router found for a method and path kept:
-    the router walks its resources, builds and freezes a match for each request and looks up
-    the handler wrapped in the middlewares, about a tenth of what aiohttp's server spends on a
-    request. A match, once frozen, is the same for every request of that method and path (the
-    path's query included), so it is handed to each, and the handler is wrapped once in the
-    app's middlewares (not in the one aiohttp adds to name the current app, which a match of
-    the app alone already names); a request with an `Expect` header, and a path no route
-    took, go through aiohttp's own steps."""
+    `Application._handle` gives it, but with what the router finds for a method and path kept.
+    aiohttp walks the router's resources, builds and freezes a match and looks up the handler
+    wrapped in the middlewares for every request; a frozen match is the same for every request
+    of one method and path (its query included), so it is found once and handed to each, with
+    the handler wrapped once in the app's middlewares (not in the one aiohttp adds to name the
+    current app, which a match of the app alone already names). A request with an `Expect`
+    header, and a path no route took, go through aiohttp's own steps."""
 
     __slots__ = ("_app", "_found")
 
