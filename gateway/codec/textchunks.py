@@ -193,27 +193,12 @@ class TextChunks(Template):
         """`run`'s holes of the events from `start` that are the template's, and where they end,
         event by event (a read whose run `_whole` could not prove whole: one with another event
         in it, or an event that breaks off)."""
-        lead, suf = self._lead, self._suf
-        begin, tail, segs = len(lead), len(suf), self._segs
+        lead, segs, suf = self._lead, self._segs, self._suf
         parts: list[bytes] = []
         used = start
         while (blank := data.find(b"\n\n", used)) >= 0:
             event = data[used:blank]
-            if not event.startswith(lead) or not event.endswith(suf):
+            if not event.startswith(lead) or not event.endswith(suf) or not cut_holes(event, lead, segs, suf, parts):
                 break
-            at, whole = begin, True
-            if segs:
-                # cut_holes, written out: this runs once per streamed token.
-                for seg in segs:
-                    end = event.find(seg, at)
-                    if end < 0:
-                        whole = False
-                        break
-                    parts.append(event[at:end])
-                    at = end + len(seg)
-            if not whole:
-                del parts[len(parts) - len(parts) % self._per :]  # the holes it did have
-                break
-            parts.append(event[at : len(event) - tail])
             used = blank + 2
         return parts, used
