@@ -148,6 +148,18 @@ def test_a_run_renamed_as_bytes_is_what_renaming_each_field_gives(name: bytes):
         assert renamer(data) == renamed(data, "model", name, 0), data
 
 
+def test_a_whole_answer_renamed_is_what_the_fields_expression_gives() -> None:
+    """An answer's first model field is renamed without the expression when it is written
+    plainly; on random bytes built of the field's pieces the two agree, whatever comes first."""
+    pieces = [b'"model"', b":", b'"', b"\\", b"x", b" ", b'"model":"', b"{", b"}", b",", b'\\"', b'a"', b"\\u0041"]
+    expression = re.compile(rb'"model"(\s*:\s*)"(?:[^"\\]|\\.)*"')
+    rng = random.Random(7)
+    for _ in range(50_000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        expected = expression.sub(lambda m: b'"model"' + m.group(1) + NAME, data, count=1)
+        assert renamed(data, "model", NAME) == expected, data
+
+
 LONE = (
     b'data: {"id":"c","object":"chat.completion.chunk","model":"tiny","choices":[{"index":0,'
     b'"delta":{"content":" hi"},"logprobs":null,"finish_reason":%s}]}\n\n'

@@ -29,13 +29,38 @@ def _field(key: str) -> re.Pattern[bytes]:
     return re.compile(b'"' + key.encode() + rb'"(\s*:\s*)"(?:[^"\\]|\\.)*"')
 
 
+@lru_cache(maxsize=8)
+def _quoted(key: str) -> bytes:
+    return b'"' + key.encode() + b'"'
+
+
 def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
     """A backend's JSON answer or event with its first `key` string field set to `name` (JSON
     bytes): a pass-through keeps every byte but the model's name, which the client gave. The
     first such field is the top-level one in every dialect that names the model this way.
     `count=0` renames every one: a run of whole events, each naming its model once (a `key`
     inside a string value is escaped, so it never matches)."""
+    if count == 1:
+        found = _renamed_first(data, key, name)
+        return data if found is None else found
     return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=count)
+
+
+def _renamed_first(data: bytes, key: str, name: bytes) -> bytes | None:
+    """`data` with its first `key` string field set to `name`; None when it has no such field."""
+    # The usual answer: the key's first occurrence is the field, written `"key":"value"` with
+    # nothing escaped in the value, which is what the expression would match there.
+    quoted = _quoted(key)
+    at = data.find(quoted)
+    if at < 0:
+        return None
+    start = at + len(quoted)
+    if data.startswith(b':"', start):
+        end = data.find(b'"', start + 2)
+        if end >= 0 and data.find(b"\\", start + 2, end) < 0:
+            return b"".join((data[: start + 1], name, data[end + 1 :]))
+    out, n = _field(key).subn(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=1)
+    return out if n else None
 
 
 class Renamer:
@@ -255,10 +280,14 @@ class EventParser(ABC):
             return encode_data(data if name is None else renamed(data, key, name))
         if name is None:
             return block
-        if _field(key).search(block) is None and _field(key).search(data) is not None:
-            # The name's field is cut across two `data:` lines: the payload's lines framed again.
-            return b"data: " + renamed(data, key, name).replace(b"\n", b"\ndata: ") + b"\n\n"
-        return renamed(block, key, name)
+        out = _renamed_first(block, key, name)
+        if out is not None:
+            return out
+        whole = _renamed_first(data, key, name)
+        if whole is None:
+            return block
+        # The name's field is cut across two `data:` lines: the payload's lines framed again.
+        return b"data: " + whole.replace(b"\n", b"\ndata: ") + b"\n\n"
 
     def _texts(self, chunks: TextChunks, data: bytes) -> list[Event]:
         """A read with a template: runs of text chunks from it, each other event (one that
