@@ -4,6 +4,7 @@ import asyncio
 import collections
 import logging
 import os
+import random
 import socket
 import tracemalloc
 import zlib
@@ -671,3 +672,24 @@ async def test_meanwhile_runs_once_the_request_is_written_before_its_answer(pool
         assert await answer.read(100) == b"ok"
         answer.release()
     assert len(calls) == 1
+
+
+def test_one_header_asked_for_is_what_reading_every_line_gives() -> None:
+    """A header looked up alone, before the others are read, is the whole reading's value: the
+    first of a repeated name, any case, an absent one, one followed by a folded line."""
+    from gateway.upstream.head import Headers, header_lines
+
+    rng = random.Random(3)
+    names = [b"X-Prompt-Tokens", b"x-prompt-tokens", b"Content-Type", b"X-Prompt-Tokens-Extra", b"Date"]
+    values = [b"11", b" 12 ", b"", b"a:b", b"\t7"]
+    for _ in range(5_000):
+        lines = [b"HTTP/1.1 200 OK"]
+        for _ in range(rng.randint(0, 5)):
+            if rng.random() < 0.15:
+                lines.append(rng.choice([b" folded", b"\tmore"]))
+            else:
+                lines.append(rng.choice(names) + b":" + rng.choice(values))
+        head = b"\r\n".join(lines) + b"\r\n\r\n"
+        whole = header_lines(head)
+        for name in ("x-prompt-tokens", "X-PROMPT-TOKENS", "date", "server"):
+            assert Headers(head).get(name) == whole.get(name.lower()), head

@@ -34,6 +34,18 @@ class Headers(Mapping[str, str]):
         return self._map
 
     def get(self, name: str, default: Any = None) -> Any:
+        head = self._head
+        if self._map is None and head.find(b"\n ") < 0 and head.find(b"\n\t") < 0:
+            # One header asked for (TGI's prompt count): its first line, found in the head. (A
+            # folded line goes on the value of the line before it: the whole reading joins it.)
+            low = head.lower()
+            key = b"\n" + name.lower().encode("latin-1") + b":"
+            at = low.find(key)
+            if at < 0:
+                return default
+            end = low.find(b"\n", at + 1)
+            if end >= 0:
+                return head[at + len(key) : end].strip().decode("latin-1")
         return self._lines().get(name.lower(), default)
 
     def __getitem__(self, name: str) -> str:
