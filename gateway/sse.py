@@ -56,10 +56,25 @@ class SSEDecoder:
         return not self._buf and not self._has_data and not self._event and not self._pending_cr and not self._kept
 
     def take_partial(self) -> bytes:
-        """The start of an unfinished line, given back when it is all the decoder holds (no
-        line of its event is complete yet), for a caller that cuts events itself: it puts
-        these bytes before its next read. Empty otherwise."""
-        if self._has_data or self._event or self._pending_cr or self._bom or self._kept or not self._buf:
+        """The start of an unfinished event, given back for a caller that cuts events itself: it
+        puts these bytes before its next read. Only an unfinished line, unless the decoder keeps
+        its events' lines (then those of the event under way, as they came, and the line after
+        them). Empty when it holds nothing, or more than that."""
+        if self._pending_cr or self._bom or self.stray:
+            return b""
+        kept = self._kept
+        if kept:
+            # The lines the event under way came in: what is read of them (its data, its name)
+            # is read again when they come back. (An id it named stays the stream's last id, as
+            # it is again when they do.)
+            held = b"\n".join(kept) + b"\n" + self._buf
+            kept.clear()
+            self._data = []
+            self._has_data = False
+            self._event = ""
+            self._buf = bytearray()
+            return held
+        if self._has_data or self._event or not self._buf:
             return b""
         held = bytes(self._buf)
         self._buf = bytearray()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser, Renamer, renamed
+from gateway import jsonutil
+from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser, RenamedRuns, Renamer, renamed
 from gateway.dialects.anthropic.reading import MessagesStreamParser
 from gateway.dialects.openai.reading import A_TOKEN as OPENAI_TOKEN
 from gateway.dialects.openai.reading import OpenAIStreamParser
@@ -133,7 +134,7 @@ def test_a_passthrough_relays_every_byte_and_reads_what_the_full_reading_reads(n
     "name",
     [b'"gpt-4o-mini"', b'"tiny"', b'"t"', b'"model"', b'"a \\"model\\": x"', b'"/models/Qwen2.5-7B-Instruct"'],
 )
-def test_a_run_renamed_as_bytes_is_what_renaming_each_field_gives(name: bytes):
+def test_a_run_renamed_as_bytes_is_what_renaming_each_event_gives(name: bytes):
     chunk = b'data: {"id":"c1","model":"tiny","choices":[{"delta":{"content":"%s"}}]}\n\n'
     reads = [
         b"".join(chunk % t for t in (b"a", b"b", b"c")),
@@ -142,10 +143,16 @@ def test_a_run_renamed_as_bytes_is_what_renaming_each_field_gives(name: bytes):
         chunk % b"y" + b'data: {"model" : "tiny","choices":[]}\n\n',  # spaced otherwise
         b'data: {"role":"model","model":"tiny"}\n\n',  # the key's word as a value
         b'data: {"choices":[]}\n\n',  # no model at all
+        chunk % b"z" + b'data: {"model":"tiny","choices":[{"delta":{"model":"tiny"}}]}\n\n',  # a second
     ]
     renamer = Renamer("model", name)
     for data in reads:
-        assert renamer(data) == renamed(data, "model", name, 0), data
+        assert renamer(data, data.count(b"\n\n")) == each_renamed(data, name), data
+
+
+def each_renamed(run: bytes, name: bytes) -> bytes:
+    """A run of whole events, each renamed on its own, as reading them one by one does."""
+    return b"\n\n".join(renamed(event, "model", name) for event in run.split(b"\n\n"))
 
 
 def test_a_whole_answer_renamed_is_what_the_fields_expression_gives() -> None:
@@ -188,3 +195,75 @@ def test_a_lone_event_is_relayed_undecoded_only_when_it_carries_tokens(event: by
     frames = [ev for ev in out if isinstance(ev, Frame)]
     assert b"".join(f.payload for f in frames).replace(b"\r", b"") == event.replace(b"\r", b"")
     assert (out == [Frame(event), OPENAI_TOKEN]) is relayed
+
+
+CHUNK = (
+    b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"tiny","choices":[{"index":0,'
+    b'"delta":{%s},"logprobs":null,"finish_reason":%s}]%s}\n\n'
+)
+OPENING = CHUNK % (b'"role":"assistant","content":""', b"null", b"")
+CLOSING = CHUNK % (b"", b'"stop"', b"") + b"data: [DONE]\n\n"
+PLAIN = [" the", " quick", " brown", "fox", " 42", " caf\u00e9", "{", "}", " [x]", ",", " :"]
+# Texts and events a template cannot read: quotes and escapes in a text, a field of an event's
+# own (a padding, a model named inside a text's delta), another id.
+AWKWARD = [
+    CHUNK % (b'"content":"say \\"hi\\""', b"null", b""),
+    CHUNK % (b'"content":"a\\nb"', b"null", b""),
+    CHUNK % (b'"content":" x"', b"null", b',"obfuscation":"q1"'),
+    CHUNK % (b'"content":" x","model":"tiny"', b"null", b""),
+    CHUNK.replace(b'"id":"c1"', b'"id":"c2"') % (b'"content":" x"', b"null", b""),
+]
+
+
+def chat_stream(rng: random.Random, awkward: bool) -> bytes:
+    events = [OPENING]
+    for _ in range(rng.randint(1, 40)):
+        if awkward and rng.random() < 0.1:
+            events.append(rng.choice(AWKWARD))
+        else:
+            events.append(CHUNK % (b'"content":' + jsonutil.dumps(rng.choice(PLAIN)), b"null", b""))
+    return b"".join(events) + CLOSING
+
+
+@pytest.mark.parametrize("awkward", [False, True])
+def test_a_renamed_run_read_by_its_template_is_what_reading_each_event_gives(awkward: bool) -> None:
+    """A renamed chat stream's runs are renamed by the template of its token events when each
+    is the template's with a plain text, and the client gets what renaming each event gives,
+    however the reads are cut; a stream with events the template cannot read gives the same."""
+    rng = random.Random(11 + awkward)
+    for _ in range(60):
+        data = chat_stream(rng, awkward)
+        reference = relayed(OpenAIStreamParser(True, True, NAME), data, event_cuts(data), whole=True)
+        assert reference[2] is None
+        for n in range(6):
+            cuts = [] if n == 0 else sorted(rng.sample(range(1, len(data)), k=rng.randint(1, 4)))
+            parser = OpenAIStreamParser(True, True, NAME)
+            assert relayed(parser, data, cuts) == reference, cuts
+            if n == 0 and not awkward:  # the stream in one read: its run is the template's
+                assert isinstance(parser._runs, RenamedRuns)
+
+
+def test_a_run_template_renames_what_renaming_each_event_gives() -> None:
+    """A run the template proves is renamed as renaming each of its events gives, and one it
+    does not prove (a quote in a text, an event that differs) is left to the counts."""
+    lead, tail = CHUNK.split(b"%s", 1)[0] + b'"content":"', b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+    runs = RenamedRuns.of(lead, tail, "model", NAME)
+    assert runs is not None
+    texts = [b"a", b" b", b"", b"{", b"\\n", b'\\"', b"\\", b"model", b'"model":"x"', b"\n"]
+    rng = random.Random(5)
+    proved = 0
+    for _ in range(5_000):
+        events = [lead + b"".join(rng.choices(texts, k=rng.randint(0, 3))) + tail for _ in range(rng.randint(1, 6))]
+        if rng.random() < 0.2:
+            events.insert(rng.randrange(len(events)), rng.choice(AWKWARD))
+        run = b"".join(events)
+        got = runs(run)
+        plain = all(b'"' not in e[len(lead) : -len(tail)] and b"\n" not in e[len(lead) : -len(tail)] for e in events)
+        plain = plain and all(e.startswith(lead) and e.endswith(tail) for e in events)
+        assert (got is not None) is plain, run
+        if got is not None:
+            proved += 1
+            assert got == (each_renamed(run, NAME), len(events))
+    assert proved > 1_000
+    assert RenamedRuns.of(lead, tail.replace(b"}]}", b'},"model":"t"}]}'), "model", NAME) is None  # the key twice
+    assert RenamedRuns.of(lead.replace(b'"model":"tiny"', b'"model":7'), tail, "model", NAME) is None  # not a string

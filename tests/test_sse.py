@@ -223,6 +223,34 @@ def test_a_keeping_decoder_gives_each_event_as_it_came_however_the_reads_are_cut
             assert _as_kept(got) == want, (cut, step)
 
 
+def test_a_keeping_decoder_gives_back_the_event_under_way_as_it_came() -> None:
+    """What a keeping decoder gives back of an event a read broke off in, put before the next
+    read, decodes as if nothing had been taken: the same events, each as it came, and the ids."""
+    stream = (
+        b"event: x\nid: 7\ndata: one\n\n"
+        b": note\ndata: two\ndata: more\n\n"
+        b"event: named\ndata: three\n\n"
+        b"data: four\r\n\r\n"
+        b"id: 9\nevent: y\ndata: five\n\n"
+    )
+    whole = [
+        (e.id, *kept)
+        for e, kept in zip(
+            SSEDecoder(keep=True).feed(stream), _as_kept(SSEDecoder(keep=True).feed(stream)), strict=True
+        )
+    ]
+    for cut in range(1, len(stream)):
+        for second in (cut, len(stream)):
+            d = SSEDecoder(keep=True)
+            got = d.feed(stream[:cut])
+            held = d.take_partial()
+            got += d.feed(held + stream[cut:second]) + d.feed(stream[second:])
+            assert [(e.id, *kept) for e, kept in zip(got, _as_kept(got), strict=True)] == whole, (cut, held)
+    d = SSEDecoder(keep=True)
+    d.feed(b"data: one\n\nevent: x\nda")
+    assert d.take_partial() == b"event: x\nda" and d.between_events()
+
+
 def test_a_keeping_decoder_passes_on_no_line_that_is_not_sse() -> None:
     d = SSEDecoder(keep=True)
     assert _as_kept(d.feed(b"data: a\n\nInternal Server Error\n\n: after\n\n")) == [(b"a", True, b"data: a\n\n")]

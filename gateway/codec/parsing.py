@@ -11,6 +11,7 @@ import copy
 import re
 from abc import ABC, abstractmethod
 from functools import lru_cache
+from operator import itemgetter
 
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
@@ -34,16 +35,13 @@ def _quoted(key: str) -> bytes:
     return b'"' + key.encode() + b'"'
 
 
-def renamed(data: bytes, key: str, name: bytes, count: int = 1) -> bytes:
+def renamed(data: bytes, key: str, name: bytes) -> bytes:
     """A backend's JSON answer or event with its first `key` string field set to `name` (JSON
     bytes): a pass-through keeps every byte but the model's name, which the client gave. The
-    first such field is the top-level one in every dialect that names the model this way.
-    `count=0` renames every one: a run of whole events, each naming its model once (a `key`
-    inside a string value is escaped, so it never matches)."""
-    if count == 1:
-        found = _renamed_first(data, key, name)
-        return data if found is None else found
-    return _field(key).sub(lambda m: b'"' + key.encode() + b'"' + m.group(1) + name, data, count=count)
+    first such field is the top-level one in every dialect that names the model this way (a
+    `key` inside a string value is escaped, so it never matches)."""
+    found = _renamed_first(data, key, name)
+    return data if found is None else found
 
 
 def _renamed_first(data: bytes, key: str, name: bytes) -> bytes | None:
@@ -64,12 +62,14 @@ def _renamed_first(data: bytes, key: str, name: bytes) -> bytes | None:
 
 
 class Renamer:
-    """`renamed(data, key, name, 0)` for the runs of one stream's events, whose `key` field holds
-    the same bytes in each: once seen, the field is replaced as bytes, with no match and no
-    Python call per event. The replacement stands when every `key` in the run was that field:
+    """A run of one stream's whole events, each with its first `key` field renamed, as reading
+    them one by one renames them (`renamed`), where that field holds the same bytes in each:
+    once seen, the field is replaced as bytes, with no match and no Python call per event. The
+    replacement stands when every `key` in the run was that field, one for each of its `events`:
     counted in what it gives (the new field holds the key `_keys` times, and the pieces between
     the fields say how many were replaced), one count of the run where counting the field first
-    took two."""
+    took two. Otherwise (a key of another value, an event without one) each event is renamed on
+    its own."""
 
     __slots__ = ("_key", "_keys", "_name", "_new", "_old", "_quoted")
 
@@ -81,7 +81,7 @@ class Renamer:
         self._new = b""
         self._keys = 1
 
-    def __call__(self, data: bytes) -> bytes:
+    def __call__(self, data: bytes, events: int) -> bytes:
         old, new = self._old, self._new
         if not old or data.find(old) < 0:
             found = _field(self._key).search(data)
@@ -94,9 +94,58 @@ class Renamer:
         # it found.
         pieces = data.split(old)
         out = new.join(pieces)
-        if out.count(self._quoted) == (len(pieces) - 1) * self._keys:
+        if len(pieces) - 1 == events and out.count(self._quoted) == events * self._keys:
             return out
-        return renamed(data, self._key, self._name, 0)
+        return b"\n\n".join([renamed(event, self._key, self._name) for event in data.split(b"\n\n")])
+
+
+class RenamedRuns:
+    """A renamed pass-through's runs of token events read by their template: each event one
+    `data:` line, the template's `lead`, a text, and its `tail` (the blank line included), where
+    the lead and tail hold the one `key` field the stream's events have and the text holds no
+    quote (so no field of its own). A run proven so is renamed in one join, the new lead and tail
+    between its texts: what renaming each event's field gives, without a pass over the run to
+    find them and another to count the key. (The dialect learns the template from one event it has
+    proven, see gateway.dialects.openai.reading.)"""
+
+    __slots__ = ("_between", "_lead", "_middle", "_new_between", "_new_lead", "_new_tail", "_tail")
+
+    @classmethod
+    def of(cls, lead: bytes, tail: bytes, key: str, name: bytes) -> "RenamedRuns | None":
+        """The template of events written `lead`, a text, `tail`; None unless those bytes hold
+        `key` once, as a string field."""
+        fixed = lead + tail
+        if fixed.count(_quoted(key)) != 1 or _field(key).search(fixed) is None:
+            return None
+        return cls(lead, tail, key, name)
+
+    def __init__(self, lead: bytes, tail: bytes, key: str, name: bytes) -> None:
+        self._lead, self._tail = lead, tail
+        self._new_lead, self._new_tail = renamed(lead, key, name), renamed(tail, key, name)
+        self._between = tail + lead
+        self._new_between = self._new_tail + self._new_lead
+        # An event's text in its line: after the lead, before the tail (whose blank line is not
+        # in the line).
+        self._middle = slice(len(lead), 2 - len(tail))
+
+    def __call__(self, run: bytes) -> tuple[bytes, int] | None:
+        """`run` (whole events) renamed, and how many events it holds; None unless every one of
+        them is the template's."""
+        lead, tail = self._lead, self._tail
+        # Its first event is looked at first: a stream whose events differ elsewhere (an id or a
+        # padding of their own) is told at once.
+        if not run.startswith(lead) or not run.endswith(tail, 0, run.find(b"\n\n") + 2):
+            return None
+        # The run is the texts between the template's bytes when joining them so gives it back:
+        # each text then lies in its own line between the lead and the tail.
+        lines = run.split(b"\n")
+        texts = list(map(itemgetter(self._middle), lines[0 : len(lines) - 1 : 2]))
+        joined = self._between.join(texts)
+        if len(joined) != len(run) - len(lead) - len(tail) or not run.startswith(joined, len(lead)):
+            return None
+        if b"".join(texts).find(b'"') >= 0:
+            return None
+        return self._new_lead + self._new_between.join(texts) + self._new_tail, len(texts)
 
 
 class TokenEvents:
@@ -242,6 +291,17 @@ class EventParser(ABC):
                     self.on_event(ev.data, out)
                 finally:
                     self._block = None
+
+    def taken_back(self, data: bytes) -> bytes:
+        """A pass-through read with the start of the event the read before it broke off in (a
+        read may end anywhere), which the decoder gives back when that is all it holds: the
+        read starts between events again, and its whole events may go out as runs rather than
+        each read the full way."""
+        if self._fault is None:
+            held = self._decoder.take_partial()
+            if held:
+                return held + data
+        return data
 
     def relay_run(self, data: bytes, tokens: TokenEvents) -> list[Event] | None:
         """A pass-through read whose leading events are `tokens` (see `named_run`): they go out

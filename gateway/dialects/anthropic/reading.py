@@ -109,6 +109,7 @@ class MessagesStreamParser(EventParser):
     def feed(self, data: bytes) -> list[Event]:
         if self._passthrough:
             # A pass-through's content deltas (nearly all of a stream) go out undecoded.
+            data = self.taken_back(data)
             run = self.relay_run(data, _TEXT_DELTAS)
             if run is not None:
                 return run

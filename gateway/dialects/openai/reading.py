@@ -6,7 +6,7 @@ from gateway import jsonutil
 from gateway.codec.errors import message_of
 from gateway.codec.finish import FinishWords
 from gateway.codec.learning import ALWAYS, SEEN
-from gateway.codec.parsing import PARSE_ERRORS, EventParser, Renamer, kept, renamed
+from gateway.codec.parsing import PARSE_ERRORS, EventParser, RenamedRuns, Renamer, kept, renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.dialects.openai.params import FINISH_WORDS as WORDS
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
@@ -157,22 +157,61 @@ def plain_prefix(data: bytes) -> tuple[int, int]:
         return 0, 0
     if data.find(b"\n") == len(data) - 2:  # one event of one line (a model server's pace)
         return (len(data), 1) if data.endswith(b"\n\n") and _under_way(data) else (0, 0)
-    # Back from the read's last whole event over those that need reading (a stream's end is a
-    # few: finish, usage, [DONE]) to the last token event; what comes before it must be token
-    # events too. The usual read is a few token events, and the first one looked at is one.
+    start, end = last_token(data)
+    if not end:
+        return 0, 0
+    # The ones before the last token event must be token events too.
+    events = _tokens_only(data, end) if start else 1
+    return (end, events) if events else (0, 0)
+
+
+def last_token(data: bytes) -> tuple[int, int]:
+    """Where the last token event of a read (of whole events but perhaps its last) begins and
+    ends: back from its last whole event over those that need reading (a stream's end is a few:
+    finish, usage, [DONE]); the usual read is a few token events, and the first one looked at is
+    one. (0, 0) when there is none."""
     end = data.rfind(b"\n\n") + 2
     for _ in range(_LOOK_BACK):
         if end < 2:
             break
         prev = data.rfind(b"\n\n", 0, end - 2)
         start = prev + 2 if prev >= 0 else 0
-        event = data[start:end]
-        if event.count(b"\n") == 2 and _under_way(event):
-            # The last token event: the ones before it must be token events too.
-            events = _tokens_only(data, end) if start else 1
-            return (end, events) if events else (0, 0)
+        if data.count(b"\n", start, end) == 2 and _under_way(data[start:end]):
+            return start, end
         end = start
     return 0, 0
+
+
+_CONTENT = b'"content":"'
+
+
+def run_template(event: bytes, name: bytes) -> RenamedRuns | None:
+    """The template a renamed chat stream's token events are read by (gateway.codec.parsing
+    .RenamedRuns), from one of them (`event`: one `data:` line, one choice under way, its
+    blank line): the bytes before its text and after it, when its text is a plain one (no
+    escape), that choice's delta content; None otherwise."""
+    at = event.find(_CONTENT)
+    if at < 0 or event.find(_CONTENT, at + 1) >= 0:
+        return None
+    start = at + len(_CONTENT)
+    end = event.find(b'"', start)
+    if end <= start or event.find(b"\\", start, end) >= 0:
+        return None  # an empty text (a stream's opening chunk), or one with escapes
+    lead, tail = event[:start], event[end:]
+    fixed = lead + tail
+    if fixed.count(_FINISH) != 1 or fixed.count(_NULL_FINISH) != 1:
+        return None
+    try:
+        obj = jsonutil.loads(event[event.find(b":") + 1 :])
+    except jsonutil.JSONDecodeError:
+        return None
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None
+    delta = choices[0].get("delta")
+    if not isinstance(delta, dict) or delta.get("content") != event[start:end].decode("utf-8", "replace"):
+        return None
+    return RenamedRuns.of(lead, tail, "model", name)
 
 
 def error_text(obj: Any) -> str:
@@ -262,7 +301,7 @@ def parse_body(req: Request, body: bytes, words: FinishWords = WORDS) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename", "_renamer", "_words")
+    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename", "_renamer", "_runs", "_words")
 
     def __init__(
         self,
@@ -279,26 +318,35 @@ class OpenAIStreamParser(EventParser):
         self._passthrough = passthrough
         self._rename = rename
         self._renamer = None if rename is None else Renamer("model", rename)
+        # A renamed chat stream's token events, read by their template once it is learned;
+        # False once its events turn out not to be the template's.
+        self._runs: RenamedRuns | bool | None = None if rename is not None and chat else False
         self._words = words
         self._done = False
         self._finished = False
         self._empty = b'"content":""' if chat else b'"text":""'
 
     def feed(self, data: bytes) -> list[Event]:
+        if self._passthrough:
+            data = self.taken_back(data)
         plain = self._passthrough and self._fault is None and self._decoder.between_events()
-        end, events = plain_prefix(data) if plain else (0, 0)
-        if not end:
-            return super().feed(data)
+        head = self._templated(data) if plain and self._runs is not False else None
+        if head is not None:
+            end, events, relayed = head
+        else:
+            end, events = plain_prefix(data) if plain else (0, 0)
+            if not end:
+                return super().feed(data)
+            relayed = data[:end] if self._renamer is None else self._renamer(data[:end], events)
         # The read's leading events only carry tokens: they go out as they came, undecoded, and
         # tell the metrics a token came, unless the read is one event with empty content (the role
         # chunk that opens a chat stream is not a token; a read of several events holds tokens
         # but for a stream's empty chunks in one read, counted as a token too early at worst).
         # The rest is read event by event.
-        head = data[:end]
         self._decoder.skipped()
         self._began = True
-        out: list[Event] = [Frame(head if self._renamer is None else self._renamer(head))]
-        if events > 1 or head.find(self._empty) < 0:
+        out: list[Event] = [Frame(relayed)]
+        if events > 1 or data.find(self._empty, 0, end) < 0:
             out.append(A_TOKEN)
         if end < len(data):
             try:
@@ -306,6 +354,35 @@ class OpenAIStreamParser(EventParser):
             except PARSE_ERRORS as e:
                 self._fault = kept(e)  # raised at the next read, after what came before it went out
         return out
+
+    def _templated(self, data: bytes) -> tuple[int, int, bytes] | None:
+        """A renamed read of several events whose leading token events are the template's (its
+        first event may be another token event, the stream's opening one): where they end, how
+        many, and their bytes renamed; None when they are not (the counts then prove them)."""
+        if not data.startswith(b"data:") or 13 in data or data.find(b"\n") == len(data) - 2:
+            return None  # a CR, or one event (a model server's pace: renamed as it is)
+        start, end = last_token(data)
+        if not end:
+            return None
+        runs = self._runs
+        if runs is None:
+            assert self._rename is not None
+            runs = run_template(data[start:end], self._rename)
+            if runs is None:
+                return None  # its text was empty or escaped: the next read's may teach it
+            self._runs = runs
+        assert isinstance(runs, RenamedRuns)
+        proved = runs(data[:end])
+        if proved is not None:
+            return end, proved[1], proved[0]
+        first = data.find(b"\n\n") + 2
+        if first < end and data.count(b"\n", 0, first) == 2 and _under_way(data[:first]):
+            proved = runs(data[first:end])
+            if proved is not None:
+                assert self._renamer is not None
+                return end, proved[1] + 1, self._renamer(data[:first], 1) + proved[0]
+        self._runs = False  # its events differ from the template (an id or a padding of their own)
+        return None
 
     def on_end(self, out: list[Event]) -> None:
         if not self._done and not self._finished:

@@ -229,6 +229,7 @@ class ResponsesStreamParser(EventParser):
     def feed(self, data: bytes) -> list[Event]:
         if self._passthrough:
             # A pass-through's text deltas (nearly all of a stream) go out undecoded.
+            data = self.taken_back(data)
             run = self.relay_run(data, _TEXT_DELTAS)
             if run is not None:
                 return run
