@@ -257,7 +257,7 @@ def test_a_run_template_renames_what_renaming_each_event_gives() -> None:
         if rng.random() < 0.2:
             events.insert(rng.randrange(len(events)), rng.choice(AWKWARD))
         run = b"".join(events)
-        got = runs(run)
+        got = runs(run, 0, len(run))
         plain = all(b'"' not in e[len(lead) : -len(tail)] and b"\n" not in e[len(lead) : -len(tail)] for e in events)
         plain = plain and all(e.startswith(lead) and e.endswith(tail) for e in events)
         assert (got is not None) is plain, run

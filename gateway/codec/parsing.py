@@ -128,24 +128,30 @@ class RenamedRuns:
         # in the line).
         self._middle = slice(len(lead), 2 - len(tail))
 
-    def __call__(self, run: bytes) -> tuple[bytes, int] | None:
-        """`run` (whole events) renamed, and how many events it holds; None unless every one of
-        them is the template's."""
+    def __call__(self, data: bytes, start: int, end: int, head: bytes = b"") -> tuple[bytes, int] | None:
+        """The events of `data` from `start` to `end` (whole events) renamed, after `head`, and
+        how many they are; None unless every one of them is the template's. (Read in place: the
+        run's bytes are copied once, into what it gives.)"""
         lead, tail = self._lead, self._tail
         # Its first event is looked at first: a stream whose events differ elsewhere (an id or a
         # padding of their own) is told at once.
-        if not run.startswith(lead) or not run.endswith(tail, 0, run.find(b"\n\n") + 2):
+        if not data.startswith(lead, start) or not data.endswith(tail, start, data.find(b"\n\n", start) + 2):
+            return None
+        if not data.endswith(tail, start, end):
             return None
         # The run is the texts between the template's bytes when joining them so gives it back:
         # each text then lies in its own line between the lead and the tail.
-        lines = run.split(b"\n")
-        texts = list(map(itemgetter(self._middle), lines[0 : len(lines) - 1 : 2]))
+        lines = data.split(b"\n")
+        first, past = data.count(b"\n", 0, start), len(lines) - 1 - data.count(b"\n", end)
+        texts = list(map(itemgetter(self._middle), lines[first:past:2]))
         joined = self._between.join(texts)
-        if len(joined) != len(run) - len(lead) - len(tail) or not run.startswith(joined, len(lead)):
+        if len(joined) != end - start - len(lead) - len(tail) or not data.startswith(joined, start + len(lead)):
             return None
         if b"".join(texts).find(b'"') >= 0:
             return None
-        return self._new_lead + self._new_between.join(texts) + self._new_tail, len(texts)
+        texts[0] = head + self._new_lead + texts[0]
+        texts[-1] += self._new_tail
+        return self._new_between.join(texts), len(texts)
 
 
 class TokenEvents:

@@ -372,15 +372,15 @@ class OpenAIStreamParser(EventParser):
                 return None  # its text was empty or escaped: the next read's may teach it
             self._runs = runs
         assert isinstance(runs, RenamedRuns)
-        proved = runs(data[:end])
+        proved = runs(data, 0, end)
         if proved is not None:
             return end, proved[1], proved[0]
         first = data.find(b"\n\n") + 2
         if first < end and data.count(b"\n", 0, first) == 2 and _under_way(data[:first]):
-            proved = runs(data[first:end])
+            assert self._renamer is not None
+            proved = runs(data, first, end, self._renamer(data[:first], 1))
             if proved is not None:
-                assert self._renamer is not None
-                return end, proved[1] + 1, self._renamer(data[:first], 1) + proved[0]
+                return end, proved[1] + 1, proved[0]
         self._runs = False  # its events differ from the template (an id or a padding of their own)
         return None
 
