@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gateway import jsonutil
-from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser, RenamedRuns, Renamer, renamed
+from gateway.codec.parsing import A_TOKEN, PARSE_ERRORS, EventParser
+from gateway.codec.renaming import RenamedRuns, Renamer, renamed
 from gateway.dialects.anthropic.reading import MessagesStreamParser
 from gateway.dialects.openai.reading import A_TOKEN as OPENAI_TOKEN
 from gateway.dialects.openai.reading import OpenAIStreamParser

@@ -6,7 +6,8 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.errors import error_message_in, message_of
 from gateway.codec.finish import FinishWords
-from gateway.codec.parsing import EventParser, TokenEvents, renamed
+from gateway.codec.parsing import EventParser, TokenEvents
+from gateway.codec.renaming import renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent

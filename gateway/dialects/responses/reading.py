@@ -9,7 +9,8 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.errors import error_message_in, message_of
 from gateway.codec.learning import ALWAYS
-from gateway.codec.parsing import EventParser, TokenEvents, renamed
+from gateway.codec.parsing import EventParser, TokenEvents
+from gateway.codec.renaming import renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.dialects.responses.params import ToolRef, flat_name
 from gateway.neutral.errors import UpstreamClass, UpstreamError

@@ -14,7 +14,8 @@ from typing import Any
 
 from gateway import jsonutil
 from gateway.adapters.stops import StopMatcher
-from gateway.codec.parsing import EventParser, renamed
+from gateway.codec.parsing import EventParser
+from gateway.codec.renaming import renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import Kind, UpstreamClass, UpstreamError, body_text, clip, relaying
 from gateway.neutral.events import Event, FinishEvent, Frame, TextDelta, UsageEvent, new_event, text_events
