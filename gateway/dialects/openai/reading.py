@@ -10,7 +10,7 @@ from gateway.codec.parsing import PARSE_ERRORS, EventParser, kept
 from gateway.codec.renaming import RenamedRuns, Renamer, renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.dialects.openai.params import FINISH_WORDS as WORDS
-from gateway.dialects.openai.runs import last_token, plain_prefix, run_template, under_way
+from gateway.dialects.openai.runs import last_token, run_template, token_event, tokens_only
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, FinishEvent, Frame, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from gateway.neutral.types import Answer, Choice, EmbeddingResult, Finish, Request, Result, Task, Usage
@@ -242,19 +242,23 @@ class OpenAIStreamParser(EventParser):
         if self._passthrough:
             data = self.taken_back(data)
         plain = self._passthrough and self._fault is None and self._decoder.between_events()
-        head = self._templated(data) if plain and self._runs is not False else None
-        if head is not None:
-            end, events, relayed = head
+        start, end = last_token(data) if plain else (0, 0)
+        if not end:
+            return super().feed(data)
+        # The read's leading events only carry tokens: they go out as they came, undecoded (a
+        # renamed stream's renamed, by their template where they are its events), and tell the
+        # metrics a token came, unless the read is one event with empty content (the role chunk
+        # that opens a chat stream is not a token; a read of several events holds tokens but
+        # for a stream's empty chunks in one read, counted as a token too early at worst). The
+        # rest is read event by event.
+        templated = self._templated(data, start, end) if start and self._runs is not False else None
+        if templated is not None:
+            relayed, events = templated
         else:
-            end, events = plain_prefix(data) if plain else (0, 0)
-            if not end:
+            events = tokens_only(data, end) if start else 1
+            if not events:
                 return super().feed(data)
             relayed = data[:end] if self._renamer is None else self._renamer(data[:end], events)
-        # The read's leading events only carry tokens: they go out as they came, undecoded, and
-        # tell the metrics a token came, unless the read is one event with empty content (the role
-        # chunk that opens a chat stream is not a token; a read of several events holds tokens
-        # but for a stream's empty chunks in one read, counted as a token too early at worst).
-        # The rest is read event by event.
         self._decoder.skipped()
         self._began = True
         out: list[Event] = [Frame(relayed)]
@@ -267,15 +271,10 @@ class OpenAIStreamParser(EventParser):
                 self._fault = kept(e)  # raised at the next read, after what came before it went out
         return out
 
-    def _templated(self, data: bytes) -> tuple[int, int, bytes] | None:
-        """A renamed read of several events whose leading token events are the template's (its
-        first event may be another token event, the stream's opening one): where they end, how
-        many, and their bytes renamed; None when they are not (the counts then prove them)."""
-        if not data.startswith(b"data:") or 13 in data or data.find(b"\n") == len(data) - 2:
-            return None  # a CR, or one event (a model server's pace: renamed as it is)
-        start, end = last_token(data)
-        if not end:
-            return None
+    def _templated(self, data: bytes, start: int, end: int) -> tuple[bytes, int] | None:
+        """A renamed read's token events up to `end` (the last from `start`) renamed, and how
+        many, when they are the template's (the first may be another token event, the stream's
+        opening one); None when they are not (the counts then prove them)."""
         runs = self._runs
         if runs is None:
             assert self._rename is not None
@@ -286,13 +285,13 @@ class OpenAIStreamParser(EventParser):
         assert isinstance(runs, RenamedRuns)
         proved = runs(data, 0, end)
         if proved is not None:
-            return end, proved[1], proved[0]
+            return proved
         first = data.find(b"\n\n") + 2
-        if first < end and data.count(b"\n", 0, first) == 2 and under_way(data[:first]):
+        if first < end and token_event(data, 0, first):
             assert self._renamer is not None
             proved = runs(data, first, end, self._renamer(data[:first], 1))
             if proved is not None:
-                return end, proved[1] + 1, proved[0]
+                return proved[0], proved[1] + 1
         self._runs = False  # its events differ from the template (an id or a padding of their own)
         return None
 

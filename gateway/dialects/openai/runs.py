@@ -12,7 +12,15 @@ _NULL_FINISH = _FINISH + b"null"
 _LOOK_BACK = 8
 
 
-def _tokens_only(data: bytes, end: int) -> int:
+def under_way(event: bytes) -> bool:
+    """Whether one event holds one choice, still under way: one finish, a null one. (Looked for
+    with `find`: `bytes in bytes` first tries the needle as an integer, and the error it formats
+    and drops costs more than the search.)"""
+    at = event.find(_FINISH)
+    return at >= 0 and event.startswith(b"null", at + len(_FINISH)) and event.find(_FINISH, at + 1) < 0
+
+
+def tokens_only(data: bytes, end: int) -> int:
     """How many events `data[:end]` (whole events) holds if they are events of one `data:` line
     each, every one with a choice still under way, else 0: two line ends per event, one
     `"finish_reason":null` per event. An event that finishes, or holds only usage, an error or
@@ -22,43 +30,28 @@ def _tokens_only(data: bytes, end: int) -> int:
     return events if data.count(b"\n", 0, end) == 2 * events else 0
 
 
-def under_way(event: bytes) -> bool:
-    """Whether one event holds one choice, still under way: one finish, a null one. (Looked for
-    with `find`: `bytes in bytes` first tries the needle as an integer, and the error it formats
-    and drops costs more than the search.)"""
-    at = event.find(_FINISH)
-    return at >= 0 and event.startswith(b"null", at + len(_FINISH)) and event.find(_FINISH, at + 1) < 0
-
-
-def plain_prefix(data: bytes) -> tuple[int, int]:
-    """How many leading bytes of a read are whole events that only carry tokens of choices
-    still under way (see `_tokens_only`), and how many events they are. They may go to a
-    pass-through client undecoded; the first event that needs reading, and all after it, are
-    decoded. (0, 0) when the read does not start that way."""
-    if not data.startswith(b"data:") or 13 in data:  # a CR (its code: found by memchr)
-        return 0, 0
-    if data.find(b"\n") == len(data) - 2:  # one event of one line (a model server's pace)
-        return (len(data), 1) if data.endswith(b"\n\n") and under_way(data) else (0, 0)
-    start, end = last_token(data)
-    if not end:
-        return 0, 0
-    # The ones before the last token event must be token events too.
-    events = _tokens_only(data, end) if start else 1
-    return (end, events) if events else (0, 0)
+def token_event(data: bytes, start: int, end: int) -> bool:
+    """Whether `data[start:end]` (one whole event) is one `data:` line with one choice under way."""
+    return data.count(b"\n", start, end) == 2 and under_way(data[start:end])
 
 
 def last_token(data: bytes) -> tuple[int, int]:
-    """Where the last token event of a read (of whole events but perhaps its last) begins and
-    ends: back from its last whole event over those that need reading (a stream's end is a few:
+    """Where the last token event (see `token_event`) of a read that may go out in a run begins
+    and ends: a read of whole events but perhaps its last, starting with a `data:` line, no CR
+    in it. Back from its last whole event over those that need reading (a stream's end is a few:
     finish, usage, [DONE]); the usual read is a few token events, and the first one looked at is
-    one. (0, 0) when there is none."""
+    one. (0, 0) when there is none; the events before it must be token events too (`tokens_only`)."""
+    if not data.startswith(b"data:") or 13 in data:  # a CR (its code: found by memchr)
+        return 0, 0
+    if data.find(b"\n") == len(data) - 2:  # one event of one line (a model server's pace)
+        return (0, len(data)) if data.endswith(b"\n\n") and under_way(data) else (0, 0)
     end = data.rfind(b"\n\n") + 2
     for _ in range(_LOOK_BACK):
         if end < 2:
             break
         prev = data.rfind(b"\n\n", 0, end - 2)
         start = prev + 2 if prev >= 0 else 0
-        if data.count(b"\n", start, end) == 2 and under_way(data[start:end]):
+        if token_event(data, start, end):
             return start, end
         end = start
     return 0, 0
@@ -68,7 +61,7 @@ _CONTENT = b'"content":"'
 
 
 def run_template(event: bytes, name: bytes) -> RenamedRuns | None:
-    """The template a renamed chat stream's token events are read by (gateway.codec.parsing
+    """The template a renamed chat stream's token events are read by (gateway.codec.renaming
     .RenamedRuns), from one of them (`event`: one `data:` line, one choice under way, its
     blank line): the bytes before its text and after it, when its text is a plain one (no
     escape), that choice's delta content; None otherwise."""
