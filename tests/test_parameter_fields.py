@@ -185,3 +185,14 @@ def test_greedy_leaves_out_what_would_turn_sampling_on_by_each_servers_range():
         "typical_p": 1.0,
         "do_sample": False,
     }
+
+
+def test_a_params_copy_changes_only_what_it_names_and_refuses_a_name_it_lacks():
+    p = Params(max_tokens=5, temperature=0.5, stop=("a",))
+    changed = p.replace(max_tokens=None, top_k=3)
+    assert type(changed) is Params
+    assert changed == p._replace(max_tokens=None, top_k=3)
+    assert p.max_tokens == 5  # the original is untouched
+    assert changed.items() == [("stop", ("a",)), ("temperature", 0.5), ("top_k", 3)]
+    with pytest.raises(ValueError, match="'nope' is not a neutral parameter"):
+        p.replace(nope=1)

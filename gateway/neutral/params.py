@@ -121,7 +121,15 @@ class Params(NamedTuple):
         return [(name, value) for name, value in zip(NAMES, self, strict=True) if value is not None]
 
     def replace(self, **changes: Any) -> "Params":
-        return self._replace(**changes)
+        """A copy with these parameters changed (a ValueError names any unknown). Set in a list
+        of the values: namedtuple's `_replace` pops every field by name, twice the time."""
+        values = list(self)
+        for name, value in changes.items():
+            at = _AT.get(name)
+            if at is None:
+                raise ValueError(f"{name!r} is not a neutral parameter")
+            values[at] = value
+        return tuple.__new__(Params, values)
 
     @property
     def greedy(self) -> bool:
