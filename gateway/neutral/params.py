@@ -121,15 +121,8 @@ class Params(NamedTuple):
         return [(name, value) for name, value in zip(NAMES, self, strict=True) if value is not None]
 
     def replace(self, **changes: Any) -> "Params":
-        """A copy with these parameters changed (a ValueError names any unknown). Set in a list
-        of the values: namedtuple's `_replace` pops every field by name, twice the time."""
-        values = list(self)
-        for name, value in changes.items():
-            at = _AT.get(name)
-            if at is None:
-                raise ValueError(f"{name!r} is not a neutral parameter")
-            values[at] = value
-        return tuple.__new__(Params, values)
+        """A copy with these parameters changed (a ValueError names any unknown)."""
+        return _filled(self, changes)
 
     @property
     def greedy(self) -> bool:
@@ -182,14 +175,17 @@ def make(values: dict[str, Any]) -> Params:
             values["stop"] = (stop,) if stop else None
         elif not stop:
             del values["stop"]
-    if not values:
-        return NONE
-    # Filled in by position: the named tuple's own constructor takes every field as a keyword
-    # argument (some forty), which costs more than the rest of reading the parameters.
-    fields = list(NONE)
+    return _filled(NONE, values) if values else NONE
+
+
+def _filled(base: Params, values: Mapping[str, Any]) -> Params:
+    """`base` with `values` set, by position: the named tuple's own constructor takes every
+    field as a keyword argument (some forty), and its `_replace` pops each by name, either of
+    which costs more than the rest of reading the parameters. A ValueError names an unknown."""
+    fields = list(base)
     for name, value in values.items():
         at = _AT.get(name)
         if at is None:
-            raise TypeError(f"no parameter is called {name!r}")
+            raise ValueError(f"{name!r} is not a neutral parameter")
         fields[at] = value
-    return Params._make(fields)
+    return tuple.__new__(Params, fields)
