@@ -268,3 +268,55 @@ def test_a_run_template_renames_what_renaming_each_event_gives() -> None:
     assert proved > 1_000
     assert RenamedRuns.of(lead, tail.replace(b"}]}", b'},"model":"t"}]}'), "model", NAME) is None  # the key twice
     assert RenamedRuns.of(lead.replace(b'"model":"tiny"', b'"model":7'), tail, "model", NAME) is None  # not a string
+
+
+# Events that begin as a token event of their stream and are something else, or are framed
+# otherwise: a named run must never carry one out undecoded.
+DISGUISED = {
+    "anthropic/sdk_basic_stream.sse": [
+        b'event: content_block_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens",'
+        b'"stop_sequence":null},"usage":{"output_tokens":7}}\n\n',
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,\n'
+        b'data: "delta":{"type":"text_delta","text":"two lines"}}\n\n',
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"x"}}\nid: 5\n\n',
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"x"}} \n\n',
+        b'event: content_block_delta\ndata: {"index":0,"delta":{"type":"text_delta","text":"x"},'
+        b'"type":"content_block_delta"}\n\n',
+        b'event: content_block_delta\ndata:  {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"x"}}\n\n',
+    ],
+    "responses/vllm_stream.txt": [
+        b'event: response.output_text.delta\ndata: {"content_index":0,"delta":" x","item_id":"m",'
+        b'"logprobs":[],"output_index":0,"sequence_number":5,"type":"response.output_text.done"}\n\n',
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","content_index":0,'
+        b'"delta":" x","item_id":"m","logprobs":[],"output_index":0,"sequence_number":5}\n\n',
+        b'event: response.output_text.delta\ndata: {"content_index":0,"delta":" x","item_id":"m",'
+        b'"logprobs":[],"output_index":0,\ndata: "sequence_number":5,"type":"response.output_text.delta"}\n\n',
+        b'event: response.output_text.delta\n: a comment\ndata: {"content_index":0,"delta":" x","item_id":"m",'
+        b'"logprobs":[],"output_index":0,"sequence_number":5,"type":"response.output_text.delta"}\n\n',
+        b'event: response.output_text.delta\ndata: {"content_index":0,"delta":" x","item_id":"m",'
+        b'"logprobs":[],"output_index":0,"sequence_number":5,"type":"response.output_text.delta"}\n\n\n',
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(DISGUISED))
+def test_a_named_run_holds_only_token_events(name: str) -> None:
+    """An event among the token events that is not one of them, however little it differs (its
+    payload's type, a second line, a field line of its own, a space), is read as the full reading
+    reads it, wherever it falls and however the reads are cut; the bytes go out all the same."""
+    factory, path, _, tokens = STREAMS[name]
+    rng = random.Random(name)
+    data = lengthened((FIX / name).read_bytes().rstrip(b"\n") + b"\n\n", path, rng)
+    events = [e + b"\n\n" for e in data[:-2].split(b"\n\n")]
+    token_at = [i for i, e in enumerate(events) if tokens(e)]
+    for disguise in DISGUISED[name]:
+        for _ in range(6):
+            at = rng.choice(token_at[1:-1])
+            damaged = b"".join([*events[:at], disguise, *events[at + 1 :]])
+            reference = relayed(factory(None), damaged, [], whole=True)
+            assert relayed(factory(None), damaged, []) == reference, disguise
+            cuts = sorted(rng.sample(range(1, len(damaged)), k=rng.randint(1, 4)))
+            assert relayed(factory(None), damaged, cuts) == reference, (disguise, cuts)

@@ -1,9 +1,11 @@
 """The sans-IO SSE decoder against the WHATWG event-stream rules, and against every fixture
 stream cut at every byte offset."""
 
+import random
+
 import pytest
 
-from gateway.sse import DONE_FRAME, SSEDecoder, SSEEvent, encode_data
+from gateway.sse import DONE_FRAME, SSEDecoder, SSEEvent, encode_data, line_ends_are
 from tests.fixtures.openai.wire import STREAMS, raw
 
 
@@ -255,3 +257,16 @@ def test_a_keeping_decoder_passes_on_no_line_that_is_not_sse() -> None:
     d = SSEDecoder(keep=True)
     assert _as_kept(d.feed(b"data: a\n\nInternal Server Error\n\n: after\n\n")) == [(b"a", True, b"data: a\n\n")]
     assert d.stray == [b"Internal Server Error"]
+
+
+def test_line_ends_are_is_a_count_of_line_ends() -> None:
+    """The memchr way of telling how many line ends a range holds agrees with counting them, for
+    every guess near the true count, ranges ending anywhere (a range that does not end with a line
+    end holds no answer of `n`), CRs already in the bytes included."""
+    rng = random.Random(7)
+    for _ in range(3000):
+        data = bytes(rng.choice(b"ab\n\n\r") for _ in range(rng.randrange(1, 40)))
+        end = rng.randrange(1, len(data) + 1)
+        true = data.count(b"\n", 0, end)
+        for n in range(max(0, true - 3), true + 4):
+            assert line_ends_are(data, end, n) == (data[end - 1] == 10 and n == true), (data, end, n)

@@ -14,7 +14,7 @@ from gateway.codec.renaming import renamed, renamed_first
 from gateway.codec.textchunks import TextChunks
 from gateway.neutral.errors import UpstreamClass, UpstreamError, clip
 from gateway.neutral.events import Event, Frame, TextDelta
-from gateway.sse import SSEDecoder, SSEEvent, encode_data
+from gateway.sse import SSEDecoder, SSEEvent, encode_data, line_ends_are
 
 # What a pass-through stream reports of token events it does not decode: a token came (for the
 # time-to-first-token and inter-token metrics); the events themselves go out as a Frame.
@@ -26,14 +26,21 @@ PARSE_ERRORS = (UpstreamError, ValueError, KeyError, TypeError, AttributeError, 
 class TokenEvents:
     """A dialect's token events as a pass-through relays them undecoded: each an `event:` line
     naming them and one `data:` line whose payload names the same type
-    (`{"type":"content_block_delta",...}`). Their bytes are made once, not at each read."""
+    (`{"type":"content_block_delta",...}`). Their bytes are made once, not at each read.
 
-    __slots__ = ("head", "kind", "line")
+    Between two such events lies a *seam*: the end of one event's payload, its blank line and the
+    next one's head, up to its payload's brace. Where the payload names its type last (vLLM's
+    Responses events), the seam is taken from that name on, and one count of it proves each
+    event's type where the name comes last, which is what a decoder keeps (`named_run`)."""
+
+    __slots__ = ("head", "kind", "last", "last_seam", "seam")
 
     def __init__(self, name: bytes) -> None:
-        self.line = b"event: " + name + b"\n"
-        self.head = self.line + b"data: "
+        self.head = b"event: " + name + b"\ndata: "
         self.kind = b'"type":"' + name + b'"'
+        self.seam = b"}\n\n" + self.head + b"{"
+        self.last = self.kind + b"}\n\n"
+        self.last_seam = self.kind + self.seam
 
 
 def named_run(data: bytes, tokens: TokenEvents) -> int:
@@ -57,10 +64,20 @@ def named_run(data: bytes, tokens: TokenEvents) -> int:
         end = start
     else:
         return 0
-    events = data.count(head, 0, end)
-    if data.count(b"\n", 0, end) != 3 * events or data.count(tokens.kind, 0, end) != events:
+    # Three line ends an event: the seams', the first head's and the last blank line are all of
+    # them exactly when each event is a head and one line of payload (no seam overlaps another
+    # or the run's ends: none has a border, nor holds a brace or quote where a head holds one).
+    # A seam ends with a brace, which few bytes of a payload are: CPython's search skips fastest
+    # along a needle whose last byte is rare.
+    if not data.startswith(b"{", len(head)) or not data.endswith(b"}\n\n", 0, end):
         return 0
-    return end
+    if data.endswith(tokens.last, 0, end):
+        events = data.count(tokens.last_seam, 0, end) + 1
+    else:
+        events = data.count(tokens.seam, 0, end) + 1
+        if data.count(tokens.kind, 0, end) != events:
+            return 0
+    return end if line_ends_are(data, end, 3 * events) else 0
 
 
 def kept(e: Exception) -> Exception:
@@ -185,7 +202,7 @@ class EventParser(ABC):
         if self._fault is not None or not self._decoder.between_events():
             return None
         # The few events before the first token event (a stream's opening) are read whole.
-        start = data.find(tokens.line)
+        start = data.find(tokens.head)
         if start < 0 or (start and not data.endswith(b"\n\n", 0, start)):
             return None
         end = named_run(data[start:] if start else data, tokens)

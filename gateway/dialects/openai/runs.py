@@ -4,6 +4,7 @@ a renamed chat stream's token events are read by (gateway.codec.renaming.Renamed
 
 from gateway import jsonutil
 from gateway.codec.renaming import RenamedRuns
+from gateway.sse import line_ends_are
 
 _FINISH = b'"finish_reason":'
 _NULL_FINISH = _FINISH + b"null"
@@ -27,7 +28,7 @@ def tokens_only(data: bytes, end: int) -> int:
     the end, has no such choice; a comment, another field or a second data line adds a line end.
     (Counted, not split: these scans are the whole cost of a pass-through read.)"""
     events = data.count(_NULL_FINISH, 0, end)
-    return events if data.count(b"\n", 0, end) == 2 * events else 0
+    return events if events and line_ends_are(data, end, 2 * events) else 0
 
 
 def token_event(data: bytes, start: int, end: int) -> bool:
