@@ -107,8 +107,8 @@ class SSEDecoder:
         """The events completed by `chunk`: the common framing (`data: <payload>` and a blank
         line) as the payload bytes, found by one scan per event; anything else (other fields,
         comments, several data lines, stray text) through the full line-by-line rules."""
-        if not chunk:
-            return []
+        if not chunk or self.stray:
+            return []  # (after a line that is no field, nothing more is dispatched)
         if not self._buf and not self._pending_cr and not self._bom and 13 not in chunk:  # no CR
             return self._cut(chunk, payloads)  # nothing held, nothing to normalise: the read as it came
         buf = self._buf
@@ -155,30 +155,29 @@ class SSEDecoder:
             # Between events: whole `data: ...` events are cut out directly, and so are those of
             # an `event:` line and one `data:` line (the named events of Anthropic's and the
             # Responses API's streams).
+            # Each line's end found by memchr: a two-byte search is a slow loop in CPython.
             while True:
-                blank = body.find(b"\n\n", start)
-                if blank < 0:
+                nl = body.find(b"\n", start)
+                if nl < 0:
                     break
                 if body.startswith(b"event:", start):
-                    if not self._named(body, start, blank, events, payloads):
+                    blank = self._named(body, start, nl, events, payloads)
+                    if blank < 0:
                         break
                     start = blank + 2
                     continue
-                if not body.startswith(b"data:", start):
-                    break
-                nl = body.find(b"\n", start)
-                if nl != blank:
-                    break  # more than one line: the full rules below
+                if not body.startswith(b"\n", nl + 1) or not body.startswith(b"data:", start):
+                    break  # more than one line (the full rules below), or another field
                 if body[start + 5 : start + 6] == b" ":
-                    data = body[start + 6 : blank]
+                    data = body[start + 6 : nl]
                     # (An id seen earlier belongs to this event too; without one, bare bytes do.)
                     events.append(data if self._id is None else SSEEvent(data, "", self._id))
                 else:
-                    event = self._bare(body[start:blank])
+                    event = self._bare(body[start:nl])
                     if self._id is not None and type(event) is bytes:
                         event = SSEEvent(event, "", self._id)
                     events.append(event)
-                start = blank + 2
+                start = nl + 2
         end = body.rfind(b"\n")
         if end < start:
             self._buf = bytearray(body[start:])
@@ -188,21 +187,22 @@ class SSEDecoder:
             self._line(line, events)
         return events
 
-    def _named(self, body: bytes, start: int, blank: int, events: list[SSEEvent | bytes], payloads: bool) -> bool:
-        """The event from `start` to `blank` into `events` when it is an `event:` line and one
-        `data:` line (what the full rules make of it); False, and nothing added, otherwise."""
-        nl = body.find(b"\n", start)
-        if not body.startswith(b"data:", nl + 1) or body.find(b"\n", nl + 1) != blank:
-            return False
+    def _named(self, body: bytes, start: int, nl: int, events: list[SSEEvent | bytes], payloads: bool) -> int:
+        """The event from `start` (its first line ending at `nl`) into `events` when it is an
+        `event:` line and one `data:` line, then a blank line (what the full rules make of it):
+        where that blank line is; -1, and nothing added, otherwise."""
+        blank = body.find(b"\n", nl + 1)
+        if blank < 0 or not body.startswith(b"\n", blank + 1) or not body.startswith(b"data:", nl + 1):
+            return -1
         at = nl + 7 if body[nl + 6 : nl + 7] == b" " else nl + 6
         data = body[at:blank]
         if payloads and self._id is None:
             events.append(data)  # the name is not looked at
-            return True
+            return blank
         name = body[start + 7 if body[start + 6 : start + 7] == b" " else start + 6 : nl]
         raw = None if self._kept is None else body[start : blank + 2]
         events.append(SSEEvent(data, name.decode("utf-8", "replace"), self._id, raw))
-        return True
+        return blank
 
     def _bare(self, line: bytes) -> SSEEvent | bytes:
         """The event of a lone `data:` line without the space: its payload, and (kept) its line."""
@@ -213,7 +213,7 @@ class SSEDecoder:
     def close(self) -> list[SSEEvent]:
         """End of stream: a final event without its blank line is discarded, per the spec."""
         events: list[SSEEvent | bytes] = []
-        if self._buf:
+        if self._buf and not self.stray:
             line = bytes(self._buf)
             self._buf = bytearray()
             self._line(line, events)

@@ -82,7 +82,9 @@ def relayed(
     parser: EventParser, data: bytes, cuts: list[int], whole: bool = False
 ) -> tuple[bytes, list[Event], str | None]:
     """The bytes a client gets, what else was read (but the token marks), and the fault; `whole`:
-    every event read whole (the runs left out)."""
+    every event read whole (the runs, of token events and of quiet ones, left out)."""
+    if whole:
+        parser._quiet = None
     events: list[Event] = []
     at, fault = 0, None
     try:
@@ -320,3 +322,69 @@ def test_a_named_run_holds_only_token_events(name: str) -> None:
             assert relayed(factory(None), damaged, []) == reference, disguise
             cuts = sorted(rng.sample(range(1, len(damaged)), k=rng.randint(1, 4)))
             assert relayed(factory(None), damaged, cuts) == reference, (disguise, cuts)
+
+
+# Events that read like the quiet ones of a Responses stream (nothing in them the reading needs)
+# and are not, or are framed otherwise: each is read the full way, and the quiet ones around it
+# still go out as they came.
+LOUD = [
+    # A kind the reading needs, named where the payload's own type is not.
+    b'event: response.output_item.added\ndata: {"item":{"id":"m","type":"response.completed"},'
+    b'"output_index":0,"sequence_number":3,"type":"response.output_item.added"}\n\n',
+    b'event: response.content_part.done\ndata: {"type":"response.output_text.delta","delta":"hid",'
+    b'"content_index":0,"item_id":"m","output_index":0,"sequence_number":3}\n\n',
+    b'event: error\ndata: {"type":"error","code":"server_error","message":"boom","param":null,"sequence_number":3}\n\n',
+    # Framed otherwise: a comment, an id, two data lines, a stray line, a CR, a blank line more,
+    # no space after the colon, an event without data.
+    b'event: response.content_part.added\n: a comment\ndata: {"content_index":0,"item_id":"m",'
+    b'"output_index":0,"part":{"type":"output_text","text":""},"sequence_number":3,'
+    b'"type":"response.content_part.added"}\n\n',
+    b'event: response.content_part.added\nid: 7\ndata: {"content_index":0,"item_id":"m",'
+    b'"output_index":0,"sequence_number":3,"type":"response.content_part.added"}\n\n',
+    b'event: response.content_part.added\ndata: {"content_index":0,"item_id":"m",\n'
+    b'data: "output_index":0,"sequence_number":3,"type":"response.content_part.added"}\n\n',
+    b"Internal Server Error\n\n",
+    b'event: response.content_part.added\r\ndata: {"content_index":0,"item_id":"m",'
+    b'"output_index":0,"sequence_number":3,"type":"response.content_part.added"}\r\n\r\n',
+    b'event: response.content_part.added\ndata: {"content_index":0,"item_id":"m",'
+    b'"output_index":0,"sequence_number":3,"type":"response.content_part.added"}\n\n\n',
+    b'event: response.content_part.added\ndata:{"content_index":0,"item_id":"m",'
+    b'"output_index":0,"sequence_number":3,"type":"response.content_part.added"}\n\n',
+    b"event: response.content_part.added\n\n",
+    # A response inside, which a rename or a previous response's name changes.
+    b'event: response.output_item.done\ndata: {"item":{"id":"m","type":"message"},"response":'
+    b'{"id":"r","model":"tiny","output":[]},"output_index":0,"sequence_number":3,'
+    b'"type":"response.output_item.done"}\n\n',
+]
+
+
+@pytest.mark.parametrize("rename", [None, NAME])
+@pytest.mark.parametrize("previous", [None, b'"resp_1"'])
+def test_quiet_events_go_out_in_runs_as_reading_each_gives(rename: bytes | None, previous: bytes | None) -> None:
+    """A Responses pass-through relays its quiet events (the items and parts opening and closing,
+    the text done) in runs, undecoded; an event among them that the reading needs, or that is
+    framed otherwise, is read the full way, wherever it falls and however the reads are cut."""
+    rng = random.Random(f"{rename!r}{previous!r}")
+    recorded = (FIX / "responses/vllm_stream.txt").read_bytes()
+    data = lengthened(recorded.rstrip(b"\n") + b"\n\n", "delta", rng)
+    events = [e + b"\n\n" for e in data[:-2].split(b"\n\n")]
+    quiet = [i for i, e in enumerate(events) if b"_part." in e or b"_item." in e or b"text.done" in e]
+    assert len(quiet) == 5
+
+    def parser() -> ResponsesStreamParser:
+        return ResponsesStreamParser(True, rename, previous)
+
+    # The stream as it came: its quiet events go out in runs (the opening ones in one frame, the
+    # closing ones in another).
+    frames = [e.payload for e in parser().feed(data) if type(e) is Frame]
+    assert any((events[quiet[0]] + events[quiet[1]]) in f for f in frames)
+    assert b"".join(events[quiet[2] : quiet[4] + 1]) in frames
+    assert relayed(parser(), data, []) == relayed(parser(), data, [], whole=True)
+    for loud in LOUD:
+        for _ in range(4):
+            at = rng.choice(quiet) + rng.randint(0, 1)
+            damaged = b"".join([*events[:at], loud, *events[at:]])
+            reference = relayed(parser(), damaged, [], whole=True)
+            assert relayed(parser(), damaged, []) == reference, loud
+            cuts = sorted(rng.sample(range(1, len(damaged)), k=rng.randint(1, 4)))
+            assert relayed(parser(), damaged, cuts) == reference, (loud, cuts)

@@ -85,6 +85,16 @@ def test_stray_lines_are_reported() -> None:
     assert d.stray == [b"no newline at end"]
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_nothing_after_a_stray_line_is_dispatched_however_the_reads_are_cut(keep: bool) -> None:
+    stream = b"data: a\n\nevent: x\ndata: b\n\nInternal Server Error\n\ndata: c\n\nevent: y\ndata: d\n\n"
+    for cut in range(len(stream) + 1):
+        d = SSEDecoder(keep=keep)
+        got = [e.data for e in d.feed(stream[:cut]) + d.feed(stream[cut:]) + d.close()]
+        assert got == [b"a", b"b"], cut
+        assert d.stray == [b"Internal Server Error"]
+
+
 def test_utf8_split_across_reads() -> None:
     text = "data: w\u00f6rld \U0001f44b \u4f60\u597d\n\n".encode()
     for i in range(len(text) + 1):

@@ -8,6 +8,7 @@ means (`on_end`: a final event missing is a truncated stream for some dialects).
 """
 
 import copy
+import re
 from abc import ABC, abstractmethod
 
 from gateway.codec.renaming import renamed, renamed_first
@@ -80,6 +81,71 @@ def named_run(data: bytes, tokens: TokenEvents) -> int:
     return end if line_ends_are(data, end, 3 * events) else 0
 
 
+def named_events(block: bytes) -> bool:
+    """Whether `block` is whole events of an `event: ` line and a `data: ` line each, and
+    nothing else. Counted, not split: with `n` heads (the first, and one after each blank line)
+    and `n` data lines, `3n` line ends leave room for only the `n` blank lines between and after
+    them, so no other line (a comment, an id, a stray text) can be among them."""
+    if not block.startswith(b"event: ") or not block.endswith(b"\n\n") or 13 in block:  # a CR (found by memchr)
+        return False
+    events = block.count(b"\n\nevent: ") + 1
+    return block.count(b"\ndata: ") == events and line_ends_are(block, len(block), 3 * events)
+
+
+class Quiet:
+    """What makes an event of a pass-through one its reading must see: a kind its payload names
+    (`kinds`, a pattern: text deltas, the end, an error) or bytes it holds (`marks`: a field
+    the relay changes). Every other event goes to the client as it came and tells the reading
+    nothing, so a run of them is relayed in one piece, undecoded (`EventParser._relay`)."""
+
+    __slots__ = ("kinds", "marks")
+
+    def __init__(self, kinds: re.Pattern[bytes], marks: tuple[bytes, ...] = ()) -> None:
+        self.kinds = kinds
+        self.marks = marks
+
+    def first(self, data: bytes, start: int, named: int) -> tuple[int, int]:
+        """Where the first loud thing of `data` from `start` begins (-1: nowhere), and where
+        the first kind named does, as far as it was looked for (-2: not known). `named` is that
+        from an earlier start: the search for kinds, the slow one, passes over each byte once,
+        and only up to the first mark."""
+        at = -1
+        for mark in self.marks:
+            m = data.find(mark, start) if at < 0 else data.find(mark, start, at)
+            if m >= 0:
+                at = m
+        if named == -2 or 0 <= named < start:
+            found = self.kinds.search(data, start) if at < 0 else self.kinds.search(data, start, at)
+            named = found.start() if found is not None else -1 if at < 0 else -2
+        if named >= 0 and (at < 0 or named < at):
+            at = named
+        return at, named
+
+
+def _before(data: bytes, start: int, at: int) -> int:
+    """Where the blank line before the event that `at` lies in begins (< `start`: none after
+    `start`). Looked for by its line ends (memchr) where the event is a name and a data line
+    and `at` in the data; a guess either way, which only says where the events read the full
+    way begin."""
+    line = data.rfind(b"\n", start, at)
+    named = data.rfind(b"\n", start, line) if line > start else -1
+    if named < 0:
+        return -1  # the event begins at `start`
+    if data[named - 1] == 10:
+        return named - 1
+    return data.rfind(b"\n\n", start, at)
+
+
+def _after(data: bytes, at: int) -> int:
+    """Where the event that `at` lies in ends, its blank line included (the end of `data` when
+    it does not); looked for as `_before` looks."""
+    nl = data.find(b"\n", at)
+    if nl >= 0 and data.startswith(b"\n", nl + 1):
+        return nl + 2
+    blank = data.find(b"\n\n", at)
+    return len(data) if blank < 0 else blank + 2
+
+
 def kept(e: Exception) -> Exception:
     """A fault kept to raise later, as a copy each time: kept with its traceback, or the fault it
     was raised from, the frames there (which hold the parser) and the parser would hold each
@@ -112,12 +178,13 @@ class EventParser(ABC):
     event on as it came, by `relayed` from `on_event`; what dispatches no event (comments, a
     keep-alive) goes on as a Frame of its own."""
 
-    __slots__ = ("_began", "_block", "_chunks", "_decoder", "_fault", "_frame", "_relays")
+    __slots__ = ("_began", "_block", "_chunks", "_decoder", "_fault", "_frame", "_quiet", "_relays")
     # Whether a last event that the stream's end cuts off from its blank line still counts.
     unterminated_last = False
 
-    def __init__(self, chunks: TextChunks | None = None, relays: bool = False) -> None:
+    def __init__(self, chunks: TextChunks | None = None, relays: bool = False, quiet: Quiet | None = None) -> None:
         self._decoder = SSEDecoder(keep=relays)
+        self._quiet = quiet if relays else None
         self._fault: Exception | None = None
         self._began = False  # an event has come: the stream is an event stream
         self._chunks = chunks
@@ -168,7 +235,33 @@ class EventParser(ABC):
         return out
 
     def _relay(self, data: bytes, out: list[Event]) -> None:
-        self._take(self._decoder.feed(data), out)
+        """A pass-through read: its runs of quiet events (see `Quiet`) in one piece each, every
+        other event the full way."""
+        quiet, decoder = self._quiet, self._decoder
+        pos, size = 0, len(data)
+        if quiet is not None and 13 not in data:  # a CR (found by memchr): the full way
+            named = -2
+            # (After a stray line nothing more is dispatched: the decoder has the rest.)
+            while pos < size and decoder.between_events() and not decoder.stray:
+                at, named = quiet.first(data, pos, named)
+                # The whole events before the event the first loud thing is in.
+                blank = _before(data, pos, at) if at >= 0 else data.rfind(b"\n\n", pos)
+                if blank >= pos:
+                    block = data[pos : blank + 2]
+                    if named_events(block):
+                        decoder.skipped()
+                        out.append(Frame(block))
+                    else:
+                        self._take(decoder.feed(block), out)
+                    pos = blank + 2
+                if at < 0:
+                    break
+                # That event, read the full way (with what follows it, when it is not whole).
+                end = _after(data, at)
+                self._take(decoder.feed(data[pos:end] if pos or end < size else data), out)
+                pos = end
+        if pos < size:
+            self._take(decoder.feed(data[pos:] if pos else data), out)
 
     def _take(self, events: list[SSEEvent], out: list[Event]) -> None:
         """Whole events, one by one (those that dispatch none are relayed, when relaying)."""

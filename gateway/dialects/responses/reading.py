@@ -9,7 +9,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.errors import error_message_in, message_of
 from gateway.codec.learning import ALWAYS
-from gateway.codec.parsing import EventParser, TokenEvents
+from gateway.codec.parsing import EventParser, Quiet, TokenEvents
 from gateway.codec.renaming import renamed
 from gateway.codec.textchunks import TextChunks
 from gateway.dialects.responses.params import ToolRef, flat_name
@@ -153,7 +153,7 @@ def _named_once(data: bytes, response: Any) -> bool:
         isinstance(response, dict)
         and isinstance(response.get("model"), str)
         and data.count(b'"model"') == 1
-        and data.find(b"\\u") < 0
+        and (92 not in data or data.find(b"\\u") < 0)  # a backslash (found by memchr), an escape
     )
 
 
@@ -219,7 +219,10 @@ class ResponsesStreamParser(EventParser):
         # Translated, the text deltas are read from their template: they differ in their text,
         # their sequence number and (the public API's) padding.
         chunks = None if passthrough else TextChunks("delta", _VARYING, empty=True)
-        super().__init__(chunks, relays=passthrough)
+        # A pass-through reads the events that carry text or end the stream, and those that hold
+        # the response when it renames the model or names the previous response in it.
+        marks = (b'"response":',) if rename is not None or previous is not None else ()
+        super().__init__(chunks, relays=passthrough, quiet=Quiet(_KINDS, marks))
         self._passthrough = passthrough
         self._rename = rename
         self._previous = previous

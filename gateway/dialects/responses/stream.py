@@ -286,7 +286,7 @@ class PassthroughStream:
         self._req = req
         self._last = b""  # the frames last relayed
         self._frames = 0
-        self._final: dict[str, Any] | None = None
+        self._final = b""  # the final event as it came, read only when it is kept
 
     def start(self) -> bytes:
         return b""
@@ -300,7 +300,7 @@ class PassthroughStream:
                 self._last = ev.payload
                 self._frames += 1
                 if ev.final:
-                    self._final = final_response(ev.payload)
+                    self._final = ev.payload
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _next_sequence(self) -> int:
@@ -317,8 +317,10 @@ class PassthroughStream:
         return b""
 
     async def keep(self, caller: Caller) -> None:
-        if self._final is not None and stored.wanted(self._req.raw):
-            await stored.save(caller, self._final, stored.input_of(self._req))
+        if self._final and stored.wanted(self._req.raw):
+            response = final_response(self._final)
+            if response is not None:
+                await stored.save(caller, response, stored.input_of(self._req))
 
 
 def final_response(frame: bytes) -> dict[str, Any] | None:
