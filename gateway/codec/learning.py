@@ -298,7 +298,8 @@ class Template:
         self._lead = framing + self._pre
         self._tail = self._suf + b"\n\n"
         self._line = framing.count(b"\n")
-        self._middle = slice(len(self._lead) - framing.rfind(b"\n") - 1, -len(self._suf) or None)
+        # (The data line as `lines_of` gives it: its line end last.)
+        self._middle = slice(len(self._lead) - framing.rfind(b"\n") - 1, -len(self._suf) - 1)
         self._between = self._tail + self._lead
 
 

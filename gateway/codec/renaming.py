@@ -8,6 +8,8 @@ import re
 from functools import lru_cache
 from operator import itemgetter
 
+from gateway.sse import lines_of
+
 
 @lru_cache(maxsize=8)
 def _field(key: str) -> re.Pattern[bytes]:
@@ -109,8 +111,8 @@ class RenamedRuns:
         self._between = tail + lead
         self._new_between = self._new_tail + self._new_lead
         # An event's text in its line: after the lead, before the tail (whose blank line is not
-        # in the line).
-        self._middle = slice(len(lead), 2 - len(tail))
+        # in the line, its first line end is).
+        self._middle = slice(len(lead), 1 - len(tail))
 
     def __call__(self, data: bytes, start: int, end: int, head: bytes = b"") -> tuple[bytes, int] | None:
         """The events of `data` from `start` to `end` (whole events) renamed, after `head`, and
@@ -125,9 +127,7 @@ class RenamedRuns:
             return None
         # The run is the texts between the template's bytes when joining them so gives it back:
         # each text then lies in its own line between the lead and the tail.
-        lines = data.split(b"\n")
-        first, past = data.count(b"\n", 0, start), len(lines) - 1 - data.count(b"\n", end)
-        texts = list(map(itemgetter(self._middle), lines[first:past:2]))
+        texts = list(map(itemgetter(self._middle), lines_of(data[start:end])[::2]))
         joined = self._between.join(texts)
         if len(joined) != end - start - len(lead) - len(tail) or not data.startswith(joined, start + len(lead)):
             return None

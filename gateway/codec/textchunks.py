@@ -28,6 +28,7 @@ from typing import Any
 from gateway import jsonutil
 from gateway.codec.learning import TRIES, Template, cut_holes, text_in
 from gateway.neutral.events import Event, text_events
+from gateway.sse import lines_of
 
 _STR = {str}
 
@@ -165,11 +166,10 @@ class TextChunks(Template):
         if text_in(holes, self._text_at) is None:
             return None, 0, start, found
         run = data[start:end]
-        # Each event's bytes between its lead and its tail, from its data line (a split at one
-        # byte, the line end, costs a fraction of one at the long bytes between the events),
-        # proven to be so: the run is each of them between the template's lead and tail.
-        lines = run.split(b"\n")
-        middles = list(map(itemgetter(self._middle), lines[self._line : len(lines) - 1 : self._line + 2]))
+        # Each event's bytes between its lead and its tail, from its data line (cut at the line
+        # ends, which costs a fraction of a cut at the long bytes between the events), proven to
+        # be so: the run is each of them between the template's lead and tail.
+        middles = list(map(itemgetter(self._middle), lines_of(run)[self._line :: self._line + 2]))
         joined = self._between.join(middles)
         if len(joined) != len(run) - len(self._lead) - len(self._tail) or not run.startswith(joined, len(self._lead)):
             return None, 0, start, found
