@@ -41,6 +41,12 @@ _TOKEN_KINDS = frozenset(
 _FINAL_KINDS = frozenset((b"response.completed", b"response.incomplete", b"response.failed", b"error"))
 # The kinds a pass-through looks for, wherever an event names them.
 _KINDS = re.compile(b'"type":"(' + b"|".join(map(re.escape, sorted(_TOKEN_KINDS | _FINAL_KINDS))) + b')"')
+# What a pass-through reads the full way (the rest goes out in runs, undecoded): the events that
+# carry text or end the stream; and, when it renames the model or names the previous response
+# in it, those that hold the response.
+_RESPONSE = b'"response":'
+_QUIET = Quiet(_KINDS)
+_QUIET_BUT_RESPONSE = Quiet(_KINDS, (_RESPONSE,))
 
 
 def usage_from(obj: Any) -> Usage | None:
@@ -219,10 +225,8 @@ class ResponsesStreamParser(EventParser):
         # Translated, the text deltas are read from their template: they differ in their text,
         # their sequence number and (the public API's) padding.
         chunks = None if passthrough else TextChunks("delta", _VARYING, empty=True)
-        # A pass-through reads the events that carry text or end the stream, and those that hold
-        # the response when it renames the model or names the previous response in it.
-        marks = (b'"response":',) if rename is not None or previous is not None else ()
-        super().__init__(chunks, relays=passthrough, quiet=Quiet(_KINDS, marks))
+        quiet = _QUIET if rename is None and previous is None else _QUIET_BUT_RESPONSE
+        super().__init__(chunks, relays=passthrough, quiet=quiet)
         self._passthrough = passthrough
         self._rename = rename
         self._previous = previous
@@ -252,7 +256,7 @@ class ResponsesStreamParser(EventParser):
         final = bool(kinds & _FINAL_KINDS)
         block = self.relayed(data, "model", None)
         obj: Any = None
-        holds_response = data.find(b'"response":') >= 0
+        holds_response = data.find(_RESPONSE) >= 0
         if self._rename is not None and holds_response:
             obj = jsonutil.loads(data)
             anew = _renamed_anew(data, self._rename, obj)
