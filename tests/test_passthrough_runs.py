@@ -17,7 +17,7 @@ from gateway.dialects.anthropic.reading import MessagesStreamParser
 from gateway.dialects.openai.reading import A_TOKEN as OPENAI_TOKEN
 from gateway.dialects.openai.reading import OpenAIStreamParser
 from gateway.dialects.responses.reading import ResponsesStreamParser
-from gateway.neutral.events import TOKENS, Event, Frame
+from gateway.neutral.events import TOKENS, Event, FinishEvent, Frame
 from tests.test_textchunks import event_cuts
 from tests.test_textchunks_recorded import lengthened
 
@@ -198,6 +198,22 @@ def test_a_lone_event_is_relayed_undecoded_only_when_it_carries_tokens(event: by
     frames = [ev for ev in out if isinstance(ev, Frame)]
     assert b"".join(f.payload for f in frames).replace(b"\r", b"") == event.replace(b"\r", b"")
     assert (out == [Frame(event), OPENAI_TOKEN]) is relayed
+
+
+def test_a_stream_of_several_choices_is_read_event_by_event_where_one_event_holds_two() -> None:
+    """Asked for two choices, a server may put both in one chunk: then the totals that prove a
+    run of one choice an event would let a finish hide beside two tokens, so such a read is read
+    event by event, and what the gateway reads of it is what reading every event gives. Asked
+    for one, the same read could not come, and the run goes out as it came."""
+    both = LONE.replace(b"}]}", b'},{"index":1,"delta":{"content":" yo"},"logprobs":null,"finish_reason":null}]}')
+    ends = LONE.replace(b'{"content":" hi"}', b"{}") % b'"stop"'  # choice 0 is done, choice 1 goes on
+    one = LONE.replace(b'"index":0', b'"index":1') % b"null"
+    data = LONE % b"null" + both % b"null" + ends + one + b"data: [DONE]\n\n"
+    reference = relayed(OpenAIStreamParser(True, True, choices=2), data, event_cuts(data), whole=True)
+    assert any(isinstance(e, FinishEvent) for e in reference[1])
+    assert relayed(OpenAIStreamParser(True, True, choices=2), data, []) == reference
+    whole = OpenAIStreamParser(True, True).feed(data)
+    assert whole[:2] == [Frame(data[: data.find(b"data: [DONE]")]), OPENAI_TOKEN]
 
 
 CHUNK = (

@@ -182,7 +182,9 @@ class OpenAIOutbound:
                 passthrough=True, rename=call.rename, previous=responses_reading.previous_of(call.state)
             )
         req: Request = call.state
-        return reading.OpenAIStreamParser(req.task is Task.CHAT, call.passthrough, call.rename)
+        return reading.OpenAIStreamParser(
+            req.task is Task.CHAT, call.passthrough, call.rename, choices=req.params.choices
+        )
 
     def error_message(self, status: int, body: bytes) -> str:
         return reading.error_message(body)

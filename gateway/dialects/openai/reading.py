@@ -213,7 +213,18 @@ def parse_body(req: Request, body: bytes, words: FinishWords = WORDS) -> Answer:
 class OpenAIStreamParser(EventParser):
     """Chat or completion chunks from an OpenAI-style SSE stream, to neutral events."""
 
-    __slots__ = ("_chat", "_done", "_empty", "_finished", "_passthrough", "_rename", "_renamer", "_runs", "_words")
+    __slots__ = (
+        "_chat",
+        "_done",
+        "_empty",
+        "_finished",
+        "_one_choice",
+        "_passthrough",
+        "_rename",
+        "_renamer",
+        "_runs",
+        "_words",
+    )
 
     def __init__(
         self,
@@ -221,6 +232,7 @@ class OpenAIStreamParser(EventParser):
         passthrough: bool = False,
         rename: bytes | None = None,
         words: FinishWords = WORDS,
+        choices: int = 1,
     ) -> None:
         # Translating, text chunks are read from the first one's template (a pass-through
         # forwards them undecoded instead).
@@ -234,6 +246,10 @@ class OpenAIStreamParser(EventParser):
         # False once its events turn out not to be the template's.
         self._runs: RenamedRuns | bool | None = None if rename is not None and chat else False
         self._words = words
+        # Asked for one choice, an event holds one at most: the counts that prove a run of
+        # token events (`tokens_only`) then prove each of its events. With more, an event of
+        # two choices under way could make up for one of none (a finish, usage) in the totals.
+        self._one_choice = choices == 1
         self._done = False
         self._finished = False
         self._empty = b'"content":""' if chat else b'"text":""'
@@ -255,7 +271,7 @@ class OpenAIStreamParser(EventParser):
         if templated is not None:
             relayed, events = templated
         else:
-            events = tokens_only(data, end) if start else 1
+            events = (tokens_only(data, end) if self._one_choice else 0) if start else 1
             if not events:
                 return super().feed(data)
             relayed = data[:end] if self._renamer is None else self._renamer(data[:end], events)

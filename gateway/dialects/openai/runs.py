@@ -26,6 +26,8 @@ def tokens_only(data: bytes, end: int) -> int:
     each, every one with a choice still under way, else 0: two line ends per event, one
     `"finish_reason":null` per event. An event that finishes, or holds only usage, an error or
     the end, has no such choice; a comment, another field or a second data line adds a line end.
+    The totals prove each event only where an event holds one choice at most (the request asked
+    for one): two choices under way in one event would make up for an event with none.
     (Counted, not split: these scans are the whole cost of a pass-through read.)"""
     events = data.count(_NULL_FINISH, 0, end)
     return events if events and line_ends_are(data, end, 2 * events) else 0
