@@ -409,7 +409,12 @@ def test_stream_parser_passthrough_any_split(data: bytes) -> None:
         assert run(list(range(step, len(data), step)), True)[0] == data
     usage_at = data.rfind(b'data: {"id"')
     if b'"usage":{' in data[usage_at:]:
-        assert run([], False)[0] == data[:usage_at] + b"data: [DONE]\n\n"
+        # Unasked, the client gets the chunks as the server writes them without usage: neither
+        # the usage chunk nor the null usage that asking adds to every other chunk.
+        unasked = data[:usage_at].replace(b',"usage":null', b"") + b"data: [DONE]\n\n"
+        assert run([], False)[0] == unasked
+        for step in (1, 7, 300):
+            assert run(list(range(step, len(data), step)), False)[0] == unasked
 
 
 def test_stream_parser_in_band_error_keeps_earlier_tokens() -> None:

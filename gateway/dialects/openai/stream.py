@@ -173,7 +173,10 @@ class PassthroughStream:
     produces is withheld from clients that did not ask for it, unless the flavour forwards it.
     A server that sends usage puts `system_fingerprint` on the usage chunk instead of the
     finishing ones (vLLM does): so from the first finishing chunk on, chunks wait for the usage
-    chunk, and go out with its fingerprint added where the server would have put it.
+    chunk, and go out with its fingerprint added where the server would have put it. A server
+    that follows the API's reference (OpenAI's own) also writes `"usage":null` in every other
+    chunk once usage is asked for; where the stream's first chunk holds it, the chunks go out
+    without it, as the server writes them unasked.
     """
 
     content_type = "text/event-stream"
@@ -183,6 +186,9 @@ class PassthroughStream:
         self._include_usage = req.include_usage or fl.passthrough_usage
         self._held: list[bytes] | None = None
         self._finals: list[int] = []  # which held chunks finish a choice
+        # The null usage field the stream's chunks hold only because usage was asked for: b""
+        # when they hold none, None until the first chunk is seen.
+        self._null: bytes | None = b"" if self._include_usage else None
 
     def start(self) -> bytes:
         return b""
@@ -195,16 +201,22 @@ class PassthroughStream:
             assert isinstance(ev, Frame)
             if self._include_usage:
                 parts.append(ev.payload)
-            elif ev.usage_only:
+                continue
+            payload, null = ev.payload, self._null
+            if null is None and payload.startswith(b"data:"):  # (a comment first tells nothing)
+                null = self._null = _null_usage(payload)
+            if null:
+                payload = payload.replace(null, b"")
+            if ev.usage_only:
                 parts.append(self._release(ev.fingerprint))
             elif self._held is not None or ev.final:
                 held = self._held if self._held is not None else []
                 if ev.final:
                     self._finals.append(len(held))
-                held.append(ev.payload)
+                held.append(payload)
                 self._held = held
             else:
-                parts.append(ev.payload)
+                parts.append(payload)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _release(self, fingerprint: str | None) -> bytes:
@@ -222,6 +234,21 @@ class PassthroughStream:
 
     def end(self) -> bytes:
         return self._release(None) + DONE_FRAME
+
+
+# `"usage":null` after another field, as servers write it compactly or with Python's spacing.
+_NULL_USAGE = (b',"usage":null', b', "usage": null')
+
+
+def _null_usage(payload: bytes) -> bytes:
+    """The null usage field of the first chunk in `payload` (a stream's first frame), or b"".
+    Only a field after another is taken: removed with its comma, the chunk stays valid JSON
+    (a field's bytes inside a string are escaped, so never match)."""
+    first = payload.find(b"\n\n")
+    for null in _NULL_USAGE:
+        if payload.find(null, 0, first) >= 0:
+            return null
+    return b""
 
 
 def stream_renderer(fl: Flavour) -> Callable[[Request, RenderContext], StreamRenderer]:
